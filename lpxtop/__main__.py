@@ -1,0 +1,3 @@
+from lpxtop.cli import main
+
+raise SystemExit(main())
