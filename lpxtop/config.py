@@ -1,0 +1,235 @@
+"""Endpoints from the command line and from a TOML file, validated with file:line errors."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from urllib.parse import urlsplit
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from lpxtop.model.endpoint import EndpointConfig
+
+
+class ConfigError(Exception):
+    """A usage or configuration mistake; the message says where and what to do. Exit status 2."""
+
+
+ENDPOINT_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
+    # file key: (EndpointConfig field, accepted TOML types)
+    "name": ("name", str),
+    "url": ("url", str),
+    "model": ("model", str),
+    "api": ("api", str),
+    "api_key_env": ("api_key_env", str),
+    "headers": ("headers", dict),
+    "interval": ("interval_s", (int, float)),
+    "max_tokens": ("max_tokens", int),
+    "prompt": ("prompt", str),
+    "random_prefix": ("random_prefix", bool),
+    "timeout": ("timeout_s", (int, float)),
+    "connect_timeout": ("connect_timeout_s", (int, float)),
+    "first_token_timeout": ("first_token_timeout_s", (int, float)),
+    "metrics_url": ("metrics_url", str),
+    "metrics_interval": ("metrics_interval_s", (int, float)),
+    "server_kind": ("server_kind", str),
+}
+TOP_LEVEL_TABLES = ("endpoint", "defaults", "alerts", "ui", "engine")
+API_KINDS = ("chat", "completions")
+
+
+@dataclass
+class FileConfig:
+    """What a config file holds besides endpoints: tables the CLI hands to other parts."""
+
+    endpoints: list[EndpointConfig] = field(default_factory=list)
+    alerts: dict = field(default_factory=dict)
+    ui: dict = field(default_factory=dict)
+    engine: dict = field(default_factory=dict)
+
+
+def normalize_url(text: str) -> str:
+    """Accept ``host:port``, ``http://host:port`` and ``http://host:port/v1``; return the API base URL."""
+    raw = text.strip()
+    if not raw:
+        raise ConfigError("an empty endpoint URL")
+    if "://" not in raw:
+        raw = "http://" + raw
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(f"{text!r}: only http:// and https:// endpoints are supported")
+    if not parts.hostname:
+        raise ConfigError(f"{text!r}: no host in this URL (try 127.0.0.1:8000)")
+    try:
+        parts.port  # noqa: B018 - validates the port
+    except ValueError:
+        raise ConfigError(f"{text!r}: the port is not a number between 0 and 65535") from None
+    if parts.username or parts.password:
+        raise ConfigError(f"{text!r}: credentials in the URL are not supported; use api_key_env")
+    path = parts.path.rstrip("/")
+    for suffix in ("/chat/completions", "/completions"):
+        if path.endswith(suffix):
+            path = path[: -len(suffix)]
+    if not path:
+        path = "/v1"
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def endpoint_name(url: str, taken: Sequence[str] = ()) -> str:
+    parts = urlsplit(url)
+    base = parts.netloc
+    name, n = base, 2
+    while name in taken:
+        name = f"{base}#{n}"
+        n += 1
+    return name
+
+
+def endpoints_from_urls(urls: Sequence[str], **overrides: object) -> list[EndpointConfig]:
+    """EndpointConfigs for URLs given on the command line, with flag overrides applied."""
+    configs: list[EndpointConfig] = []
+    for text in urls:
+        url = normalize_url(text)
+        config = EndpointConfig(name=endpoint_name(url, [c.name for c in configs]), url=url)
+        configs.append(apply_overrides(config, overrides))
+    return configs
+
+
+def apply_overrides(config: EndpointConfig, overrides: Mapping[str, object]) -> EndpointConfig:
+    values = {k: v for k, v in overrides.items() if v is not None}
+    return replace(config, **values) if values else config
+
+
+def load_config_file(path: str | Path) -> FileConfig:
+    """Read a TOML config; every mistake is a ConfigError naming the file, the line and the key."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    locate = _Locator(path, text)
+    for key in data:
+        if key not in TOP_LEVEL_TABLES:
+            raise ConfigError(
+                f"{locate(None, None, key)}: unknown key {key!r} (expected one of: {', '.join(TOP_LEVEL_TABLES)})"
+            )
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"{locate(None, None, 'defaults')}: 'defaults' must be a table ([defaults])")
+    raw_endpoints = data.get("endpoint", [])
+    if not isinstance(raw_endpoints, list):
+        raise ConfigError(f"{locate(None, None, 'endpoint')}: write endpoints as [[endpoint]] tables")
+    base = _endpoint_fields(defaults, lambda key: locate("defaults", None, key), allow_identity=False)
+    endpoints: list[EndpointConfig] = []
+    for index, table in enumerate(raw_endpoints):
+        where = lambda key, i=index: locate("endpoint", i, key)  # noqa: E731
+        values = {**base, **_endpoint_fields(table, where, allow_identity=True)}
+        if "url" not in values:
+            raise ConfigError(f"{where(None)}: endpoint #{index + 1} has no 'url'")
+        try:
+            values["url"] = normalize_url(values["url"])
+        except ConfigError as exc:
+            raise ConfigError(f"{where('url')}: key 'url': {exc}") from None
+        name = values.get("name") or endpoint_name(values["url"], [e.name for e in endpoints])
+        if any(e.name == name for e in endpoints):
+            raise ConfigError(f"{where('name')}: key 'name': {name!r} is used by two endpoints")
+        values["name"] = name
+        endpoints.append(EndpointConfig(**values))
+    sections = {}
+    for table in ("alerts", "ui", "engine"):
+        value = data.get(table, {})
+        if not isinstance(value, dict):
+            raise ConfigError(f"{locate(None, None, table)}: '{table}' must be a table ([{table}])")
+        sections[table] = value
+    return FileConfig(endpoints=endpoints, **sections)
+
+
+def _endpoint_fields(table: object, where, *, allow_identity: bool) -> dict:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where(None)}: expected a table")
+    values: dict = {}
+    for key, value in table.items():
+        if key not in ENDPOINT_KEYS or (not allow_identity and key in ("name", "url")):
+            known = ", ".join(k for k in ENDPOINT_KEYS if allow_identity or k not in ("name", "url"))
+            raise ConfigError(f"{where(key)}: unknown key {key!r} (known keys: {known})")
+        attr, types = ENDPOINT_KEYS[key]
+        if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+            raise ConfigError(f"{where(key)}: key {key!r} must be {_type_name(types)}, not a boolean")
+        if not isinstance(value, types):
+            raise ConfigError(f"{where(key)}: key {key!r} must be {_type_name(types)}, got {value!r}")
+        if key == "api" and value not in API_KINDS:
+            raise ConfigError(f"{where(key)}: key 'api' must be \"chat\" or \"completions\", got {value!r}")
+        if key in ("interval", "timeout", "connect_timeout", "first_token_timeout", "metrics_interval") and value <= 0:
+            raise ConfigError(f"{where(key)}: key {key!r} must be a positive number of seconds, got {value!r}")
+        if key == "max_tokens" and not 1 <= value <= 100_000:
+            raise ConfigError(f"{where(key)}: key 'max_tokens' must be between 1 and 100000, got {value!r}")
+        if key == "headers":
+            bad = [k for k, v in value.items() if not isinstance(v, str)]
+            if bad:
+                raise ConfigError(f"{where(key)}: key 'headers': header {bad[0]!r} must be a string")
+            if any(k.lower() == "authorization" for k in value):
+                raise ConfigError(
+                    f"{where(key)}: key 'headers': put the API key in an environment variable and name it with "
+                    "api_key_env instead of writing an Authorization header into the file"
+                )
+            value = tuple(sorted(value.items()))
+        elif key == "metrics_url":
+            value = value.strip()
+        elif key in ("interval", "timeout", "connect_timeout", "first_token_timeout", "metrics_interval"):
+            value = float(value)
+        values[attr] = value
+    return values
+
+
+def _type_name(types: type | tuple[type, ...]) -> str:
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "a table"}
+    if isinstance(types, tuple):
+        return " or ".join(dict.fromkeys(names[t] for t in types))
+    return names[types]
+
+
+class _Locator:
+    """Find the line of a key inside the n-th [[endpoint]] (or a [table]) of the raw TOML text."""
+
+    _header = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\"-]+)\s*\]\]?")
+    _key = re.compile(r"^\s*\"?([A-Za-z0-9_-]+)\"?\s*=")
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+
+    def __call__(self, table: str | None, index: int | None, key: str | None) -> str:
+        line = self._find(table, index, key)
+        return f"{self.path}:{line}" if line else str(self.path)
+
+    def _find(self, table: str | None, index: int | None, key: str | None) -> int | None:
+        current: str | None = None
+        count = -1
+        table_line = None
+        for number, line in enumerate(self.lines, start=1):
+            header = self._header.match(line)
+            if header:
+                current = header.group(2).strip('"')
+                if current == table:
+                    count += 1
+                    if index is None or count == index:
+                        table_line = number
+                if table is None and key is not None and current == key:
+                    return number
+                continue
+            in_target = current == table and (index is None or count == index)
+            if key is not None and in_target:
+                found = self._key.match(line)
+                if found and found.group(1) == key:
+                    return number
+        return table_line

@@ -1,0 +1,70 @@
+"""`lpxtop demo`: two simulated inference servers on loopback, a simulated GPU, and the real engine.
+
+The servers are real HTTP on 127.0.0.1 (random free ports), run by lpxtop itself in a background thread,
+with a background load that rises and falls so the numbers move. `g` in the dashboard (or --surge)
+triples the load and makes the simulated GPU's memory climb, to show the early warnings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+
+from lpxtop.config import normalize_url
+from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.sim.config import SimConfig, load_function
+from lpxtop.sim.thread import start_sim_in_thread
+
+SURGE_FACTOR = 3.0
+
+
+def _surging_load(low: float, high: float, period_s: float, surge: threading.Event) -> Callable[[float], float]:
+    base = load_function((low, high, period_s))
+    assert base is not None
+    return lambda t: base(t) * (SURGE_FACTOR if surge.is_set() else 1.0)
+
+
+def demo_sim_configs(surge: threading.Event) -> list[tuple[str, SimConfig]]:
+    """Two servers that differ the way real ones do: a bigger batch and cache, and a smaller, flakier one."""
+    return [
+        ("vllm-sim-a", SimConfig(model="sim-llama-3.1-8b", ttft_ms=35.0, itl_ms=11.0, max_num_seqs=16,
+                                 kv_tokens=48_000, seed=1, background_load=_surging_load(2, 18, 90, surge))),
+        ("vllm-sim-b", SimConfig(model="sim-qwen2.5-7b", ttft_ms=55.0, itl_ms=16.0, max_num_seqs=8,
+                                 kv_tokens=16_000, fail_rate=0.02, seed=2,
+                                 background_load=_surging_load(1, 10, 60, surge))),
+    ]
+
+
+@contextlib.contextmanager
+def start_demo(*, interval_s: float = 1.0, surge: bool = False, readonly: bool = False) -> Iterator:
+    """Start the simulated servers and return a (not yet started) Engine watching them."""
+    from lpxtop.assemble import build_engine
+    from lpxtop.engine.simgpu import SimulatedGpuCollector
+
+    surge_flag = threading.Event()
+    with contextlib.ExitStack() as stack:
+        sims = []
+        endpoints = []
+        for name, config in demo_sim_configs(surge_flag):
+            handle = stack.enter_context(start_sim_in_thread(config))
+            sims.append(handle)
+            endpoints.append(EndpointConfig(name=name, url=normalize_url(handle.url), interval_s=interval_s,
+                                            max_tokens=24))
+        gpu = SimulatedGpuCollector(kv_usage=lambda: max(h.server.kv_cache_usage for h in sims))
+
+        def set_surge(on: bool) -> None:
+            if on:
+                surge_flag.set()
+            else:
+                surge_flag.clear()
+            gpu.surge(on)
+
+        engine = build_engine(endpoints, gpu=gpu, readonly=readonly, on_surge=set_surge)
+        engine.is_demo = True
+        if surge:
+            set_surge(True)
+        try:
+            yield engine
+        finally:
+            engine.stop()

@@ -1,0 +1,373 @@
+"""One streaming request to an OpenAI-compatible endpoint, measured at byte arrival.
+
+Definitions follow `vllm bench serve` (see DESIGN.md "Measuring a request"): TTFT at the first event that
+carries a token (a role-only first chunk is not a token), ITL between token-bearing events, E2E at the
+last token-bearing event, output tokens from `usage`. Every failure becomes a classified Sample; no
+exception escapes except cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+
+import httpx
+
+from lpxtop.engine.errors import classify_exception, http_error_kind
+from lpxtop.engine.sse import SseParser
+from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.model.probe import Sample
+
+MAX_ERROR_BODY = 8192
+MAX_MESSAGE = 200
+
+
+def api_key_for(endpoint: EndpointConfig) -> str | None:
+    """The endpoint's API key, read from the environment variable it names (never stored elsewhere)."""
+    if not endpoint.api_key_env:
+        return None
+    return os.environ.get(endpoint.api_key_env) or None
+
+
+def request_headers(endpoint: EndpointConfig, *, stream: bool = True) -> dict[str, str]:
+    headers = {"Accept-Encoding": "identity", "User-Agent": "lpxtop"}
+    if stream:
+        headers["Accept"] = "text/event-stream"
+    headers.update(dict(endpoint.headers))
+    key = api_key_for(endpoint)
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    return headers
+
+
+def build_body(endpoint: EndpointConfig, model: str | None) -> dict:
+    """The streaming request body; a fresh random prefix defeats prefix caching so prefill time shows."""
+    prompt = endpoint.prompt
+    if endpoint.random_prefix:
+        prompt = f"[{secrets.token_hex(6)}] {prompt}"
+    body: dict = {"max_tokens": endpoint.max_tokens, "stream": True, "stream_options": {"include_usage": True}}
+    if model:
+        body["model"] = model
+    if endpoint.api == "completions":
+        body["prompt"] = prompt
+    else:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    return body
+
+
+def endpoint_path(endpoint: EndpointConfig) -> str:
+    return endpoint.url.rstrip("/") + ("/completions" if endpoint.api == "completions" else "/chat/completions")
+
+
+@dataclass
+class _Measure:
+    """Mutable state of one request while it runs; frozen into a Sample at the end."""
+
+    start_ns: int
+    wall_time: float
+    connect_done_ns: int | None = None
+    first_event_ns: int | None = None
+    token_ns: list[int] = field(default_factory=list)
+    tokens_per_event: list[int] = field(default_factory=list)
+    usage_completion: int | None = None
+    usage_prompt: int | None = None
+    finish_reason: str | None = None
+    response_id: str | None = None
+    model: str | None = None
+    done: bool = False
+
+    def ms(self, t_ns: int | None) -> float | None:
+        return None if t_ns is None else (t_ns - self.start_ns) / 1e6
+
+
+class _ProbeError(Exception):
+    def __init__(self, kind: str, message: str, status: int | None = None, retry_after: float | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.status = status
+        self.retry_after = retry_after
+
+
+async def run_probe(client: httpx.AsyncClient, endpoint: EndpointConfig, model: str | None = None) -> Sample:
+    """Send one streaming request and measure it. Never raises (except CancelledError)."""
+    model = model or endpoint.model
+    request = client.build_request(
+        "POST",
+        endpoint_path(endpoint),
+        json=build_body(endpoint, model),
+        headers=request_headers(endpoint),
+        timeout=httpx.Timeout(
+            connect=endpoint.connect_timeout_s,
+            read=endpoint.first_token_timeout_s,
+            write=endpoint.connect_timeout_s,
+            pool=endpoint.connect_timeout_s,
+        ),
+    )
+    m = _Measure(start_ns=0, wall_time=time.time())
+
+    async def trace(event_name: str, info: dict) -> None:
+        if event_name.endswith("connect_tcp.complete") or event_name.endswith("start_tls.complete"):
+            m.connect_done_ns = time.perf_counter_ns()
+
+    request.extensions["trace"] = trace
+    status: int | None = None
+    m.start_ns = time.perf_counter_ns()
+    try:
+        status = await _stream(client, request, endpoint, m)
+        if not m.token_ns:
+            raise _ProbeError("empty", "the stream finished without a single token", status)
+        return _sample(endpoint, m, status)
+    except _ProbeError as err:
+        return _sample(endpoint, m, err.status or status, err.kind, err.message, err.retry_after)
+    except asyncio.CancelledError:
+        raise
+    except (asyncio.TimeoutError, httpx.TimeoutException) as exc:
+        if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
+            kind, msg = "connect_timeout", f"no connection within {endpoint.connect_timeout_s:g} s"
+        elif not m.token_ns:
+            kind, msg = "first_token_timeout", f"no token within {_first_token_budget(endpoint):g} s"
+        else:
+            kind, msg = "read_timeout", f"stream stalled after {len(m.token_ns)} token events"
+        return _sample(endpoint, m, status, kind, msg)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a classified sample
+        kind, msg = classify_exception(exc, started_stream=m.first_event_ns is not None or status is not None)
+        return _sample(endpoint, m, status, kind, msg)
+
+
+def _first_token_budget(endpoint: EndpointConfig) -> float:
+    return min(endpoint.first_token_timeout_s, endpoint.timeout_s)
+
+
+async def _stream(client: httpx.AsyncClient, request: httpx.Request, endpoint: EndpointConfig, m: _Measure) -> int:
+    """Send, then read raw bytes, timestamping each read before any decoding. Returns the HTTP status."""
+    first_deadline = m.start_ns + int(_first_token_budget(endpoint) * 1e9)
+    total_deadline = m.start_ns + int(endpoint.timeout_s * 1e9)
+    response = await asyncio.wait_for(client.send(request, stream=True), _remaining(first_deadline))
+    try:
+        if response.status_code != 200:
+            await _raise_http_error(response)
+        parser = SseParser()
+        chunks = _stamped(response.aiter_raw())
+        while True:
+            deadline = total_deadline if m.token_ns else min(first_deadline, total_deadline)
+            try:
+                t_ns, chunk = await asyncio.wait_for(chunks.__anext__(), _remaining(deadline))
+            except StopAsyncIteration:
+                t_end = time.perf_counter_ns()
+                for event in parser.close(t_end):
+                    _handle_event(event.data, event.t_ns, m, response.status_code)
+                break
+            for event in parser.feed(chunk, t_ns):
+                _handle_event(event.data, event.t_ns, m, response.status_code)
+                if m.done:
+                    break
+            if m.done:
+                break
+            if parser.overflowed:
+                raise _ProbeError("bad_json", "an SSE line longer than 4 MiB", response.status_code)
+        if not m.done and m.finish_reason is None:
+            raise _ProbeError(
+                "stream_cut",
+                f"the server closed the stream after {len(m.token_ns)} token events without finish or [DONE]",
+                response.status_code,
+            )
+        return response.status_code
+    finally:
+        await response.aclose()
+
+
+async def _stamped(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[int, bytes]]:
+    """Stamp each read the moment it arrives, inside the task that reads it (before any parsing)."""
+    async for chunk in chunks:
+        yield time.perf_counter_ns(), chunk
+
+
+def _remaining(deadline_ns: int) -> float:
+    return max(0.0, (deadline_ns - time.perf_counter_ns()) / 1e9)
+
+
+async def _raise_http_error(response: httpx.Response) -> None:
+    body = b""
+    try:
+        async for part in response.aiter_raw():
+            body += part
+            if len(body) >= MAX_ERROR_BODY:
+                break
+    except (httpx.HTTPError, OSError):
+        pass
+    message = _error_message(body) or response.reason_phrase or "error"
+    raise _ProbeError(
+        http_error_kind(response.status_code),
+        f"HTTP {response.status_code}: {message}",
+        response.status_code,
+        _retry_after(response.headers.get("retry-after")),
+    )
+
+
+def _error_message(body: bytes) -> str:
+    text = body.decode("utf-8", errors="replace").strip()
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return _short(text)
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict):
+            return _short(str(err.get("message") or err.get("detail") or err))
+        if isinstance(err, str):
+            return _short(err)
+        if "detail" in obj:
+            return _short(str(obj["detail"]))
+    return _short(text)
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def _handle_event(data: str, t_ns: int, m: _Measure, status: int) -> None:
+    if m.first_event_ns is None:
+        m.first_event_ns = t_ns
+    if data.strip() == "[DONE]":
+        m.done = True
+        return
+    try:
+        obj = json.loads(data)
+    except ValueError as exc:
+        raise _ProbeError("bad_json", f"unparseable event: {_short(data)[:80]} ({exc.msg})", status) from None
+    if not isinstance(obj, dict):
+        raise _ProbeError("bad_json", f"event is not a JSON object: {_short(data)[:80]}", status)
+    if "error" in obj and not obj.get("choices"):
+        err = obj["error"]
+        msg = err.get("message") if isinstance(err, dict) else err
+        raise _ProbeError("error_event", _short(str(msg)), status)
+    m.response_id = m.response_id or obj.get("id")
+    m.model = m.model or obj.get("model")
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        if isinstance(usage.get("completion_tokens"), int):
+            m.usage_completion = usage["completion_tokens"]
+        if isinstance(usage.get("prompt_tokens"), int):
+            m.usage_prompt = usage["prompt_tokens"]
+    choices = obj.get("choices")
+    if not isinstance(choices, list):
+        return
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        if choice.get("finish_reason"):
+            m.finish_reason = choice["finish_reason"]
+        if _carries_token(choice):
+            m.token_ns.append(t_ns)
+            m.tokens_per_event.append(_tokens_in(choice))
+            break  # one event is one token-bearing event, whatever the number of choices
+
+
+def _carries_token(choice: dict) -> bool:
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        for key in ("content", "reasoning_content", "reasoning"):
+            if delta.get(key):
+                return True
+        if delta.get("tool_calls"):
+            return True
+    return bool(choice.get("text"))
+
+
+def _tokens_in(choice: dict) -> int:
+    """Tokens in one event when the server says (token_ids, logprobs); else 1."""
+    ids = choice.get("token_ids")
+    if isinstance(ids, list) and ids:
+        return len(ids)
+    logprobs = choice.get("logprobs")
+    if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list) and logprobs["content"]:
+        return len(logprobs["content"])
+    return 1
+
+
+def _sample(
+    endpoint: EndpointConfig,
+    m: _Measure,
+    status: int | None,
+    error_kind: str | None = None,
+    error_message: str | None = None,
+    retry_after: float | None = None,
+) -> Sample:
+    ok = error_kind is None
+    token_ms = tuple((t - m.start_ns) / 1e6 for t in m.token_ns)
+    if m.usage_completion is not None:
+        n, approx = m.usage_completion, False
+    elif m.token_ns:
+        n, approx = sum(m.tokens_per_event), True
+    else:
+        n, approx = None, False
+    return Sample(
+        endpoint=endpoint.name,
+        wall_time=m.wall_time,
+        start_ns=m.start_ns,
+        ok=ok,
+        error_kind=error_kind,
+        error_message=error_message,
+        http_status=status,
+        response_id=m.response_id,
+        model=m.model,
+        connect_ms=m.ms(m.connect_done_ns) if m.connect_done_ns is not None else 0.0,
+        first_event_ms=m.ms(m.first_event_ns),
+        ttft_ms=token_ms[0] if token_ms else None,
+        e2e_ms=token_ms[-1] if token_ms else None,
+        token_event_ms=token_ms,
+        tokens_per_event=tuple(m.tokens_per_event),
+        output_tokens=n,
+        output_tokens_approx=approx,
+        prompt_tokens=m.usage_prompt,
+        finish_reason=m.finish_reason,
+        retry_after_s=retry_after,
+    )
+
+
+async def fetch_models(client: httpx.AsyncClient, endpoint: EndpointConfig, timeout_s: float = 5.0) -> tuple[tuple[str, ...], str | None]:
+    """Model ids from GET /v1/models, or () and a classified '<kind>: <message>' error."""
+    try:
+        response = await client.get(
+            endpoint.url.rstrip("/") + "/models",
+            headers=request_headers(endpoint, stream=False),
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, endpoint.connect_timeout_s)),
+        )
+    except asyncio.CancelledError:
+        raise
+    except httpx.TimeoutException as exc:
+        kind = "connect_timeout" if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout) else "read_timeout"
+        return (), f"{kind}: GET /models took longer than {timeout_s:g} s"
+    except Exception as exc:  # noqa: BLE001
+        kind, msg = classify_exception(exc, started_stream=False)
+        return (), f"{kind}: {msg}"
+    if response.status_code != 200:
+        return (), f"{http_error_kind(response.status_code)}: HTTP {response.status_code} on GET /models: {_error_message(response.content[:MAX_ERROR_BODY])}"
+    try:
+        data = response.json().get("data", [])
+        ids = tuple(str(d["id"]) for d in data if isinstance(d, dict) and "id" in d)
+    except (ValueError, AttributeError, TypeError):
+        return (), "bad_json: GET /models did not return an OpenAI model list"
+    return ids, None
+

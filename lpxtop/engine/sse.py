@@ -1,0 +1,102 @@
+"""Incremental Server-Sent Events parser: bytes in as they arrive, complete events out.
+
+The caller timestamps each network read and passes that time in; every event completed by that read
+carries it, so decoding and JSON work never shift a measurement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_PENDING_BYTES = 4 * 1024 * 1024  # a line longer than this is garbage, not an event
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    data: str
+    t_ns: int  # arrival time of the read that completed the event
+    event: str | None = None
+
+
+class SseParser:
+    """Splits a byte stream into SSE events (``data:`` lines joined by newlines, blank line ends an event).
+
+    Accepts LF, CRLF and CR line endings, comments (``:``), ``event:`` fields and data split across reads at
+    any byte, including inside a multi-byte UTF-8 character (lines are decoded only once complete).
+    """
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._data: list[str] = []
+        self._event: str | None = None
+        self._pending_cr = False
+        self.overflowed = False
+
+    def feed(self, chunk: bytes, t_ns: int) -> list[SseEvent]:
+        """Consume one read; return the events it completed, all stamped with `t_ns`."""
+        events: list[SseEvent] = []
+        if self._pending_cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]  # the LF of a CRLF split across two reads
+        self._pending_cr = False
+        self._buffer += chunk
+        while True:
+            cut, skip = _next_line_end(self._buffer)
+            if cut < 0:
+                break
+            line = bytes(self._buffer[:cut])
+            if skip == 1 and self._buffer[cut] == 0x0D and cut + 1 == len(self._buffer):
+                self._pending_cr = True  # CR at the end of this read: a LF may follow in the next one
+            del self._buffer[: cut + skip]
+            event = self._line(line.decode("utf-8", errors="replace"), t_ns)
+            if event is not None:
+                events.append(event)
+        if len(self._buffer) > MAX_PENDING_BYTES:
+            self.overflowed = True
+            self._buffer.clear()
+        return events
+
+    def close(self, t_ns: int) -> list[SseEvent]:
+        """End of stream: a final event with no trailing blank line still counts."""
+        events: list[SseEvent] = []
+        if self._buffer:
+            event = self._line(self._buffer.decode("utf-8", errors="replace"), t_ns)
+            self._buffer.clear()
+            if event is not None:
+                events.append(event)
+        event = self._line("", t_ns)
+        if event is not None:
+            events.append(event)
+        return events
+
+    def _line(self, line: str, t_ns: int) -> SseEvent | None:
+        if line == "":
+            if not self._data:
+                self._event = None
+                return None
+            event = SseEvent(data="\n".join(self._data), t_ns=t_ns, event=self._event)
+            self._data = []
+            self._event = None
+            return event
+        if line.startswith(":"):
+            return None
+        field, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if field == "data":
+            self._data.append(value)
+        elif field == "event":
+            self._event = value
+        return None
+
+
+def _next_line_end(buf: bytearray) -> tuple[int, int]:
+    """Index of the next line terminator and its length (CRLF = 2), or (-1, 0)."""
+    lf = buf.find(b"\n")
+    cr = buf.find(b"\r")
+    if cr >= 0 and (lf < 0 or cr < lf):
+        if cr + 1 < len(buf) and buf[cr + 1] == 0x0A:
+            return cr, 2
+        return cr, 1
+    if lf >= 0:
+        return lf, 1
+    return -1, 0

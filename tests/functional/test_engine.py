@@ -1,0 +1,94 @@
+"""The Engine on its own thread against the simulated server: snapshots, commands, bounded tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from lpxtop.engine.runner import Engine, EngineSettings
+from lpxtop.sim.config import SimConfig
+from lpxtop.sim.thread import start_sim_in_thread
+from tests.functional.simhelpers import endpoint, free_port
+
+
+def wait_for(predicate, timeout=8.0, step=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError("condition not met in time")
+
+
+def test_engine_probes_publishes_and_takes_commands():
+    with start_sim_in_thread(SimConfig(model="sim-a", ttft_ms=10, itl_ms=2)) as sim:
+        engine = Engine([endpoint(sim.url, model=None, interval_s=0.25)], EngineSettings())
+        with engine:
+            snap = wait_for(lambda: (s := engine.snapshot()).endpoints and s.endpoints[0].probes_ok >= 3 and s)
+            view = snap.endpoints[0]
+            assert view.status == "up" and view.model == "sim-a"  # model taken from /v1/models
+            assert view.ttft_ms.p50 > 0 and view.itl_ms is not None and view.e2e_ms.p99 >= view.ttft_ms.p50
+            engine.set_paused(True)
+            wait_for(lambda: engine.snapshot().paused)
+            time.sleep(0.4)
+            paused_count = engine.snapshot().endpoints[0].probes_sent
+            time.sleep(0.8)
+            assert engine.snapshot().endpoints[0].probes_sent <= paused_count + 1
+            engine.reset()
+            wait_for(lambda: engine.snapshot().endpoints[0].probes_sent == 0)
+            engine.set_paused(False)
+            wait_for(lambda: engine.snapshot().endpoints[0].probes_sent >= 2)
+            engine.set_interval(5.0)
+            wait_for(lambda: engine.snapshot().interval_s == 5.0)
+        assert not any(t.name == "lpxtop-engine" for t in threading.enumerate())
+
+
+def test_a_down_endpoint_is_down_and_does_not_leak_tasks():
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    engine = Engine([endpoint(url, model="m", interval_s=0.25)], EngineSettings())
+    with engine:
+        wait_for(lambda: engine.snapshot().endpoints and engine.snapshot().endpoints[0].probes_sent >= 4)
+        first = _task_count(engine)
+        wait_for(lambda: engine.snapshot().endpoints[0].probes_sent >= 10)
+        assert _task_count(engine) <= first
+        view = engine.snapshot().endpoints[0]
+        assert view.status == "down" and view.errors == {"refused": view.probes_failed}
+        assert view.last_error.startswith("refused")
+
+
+def test_flapping_endpoint_recovers():
+    port = free_port()
+    ep = endpoint(f"http://127.0.0.1:{port}/v1", model="m", interval_s=0.25)
+    engine = Engine([ep], EngineSettings())
+    with engine:
+        wait_for(lambda: engine.snapshot().endpoints and engine.snapshot().endpoints[0].status == "down")
+        with start_sim_in_thread(SimConfig(model="m", ttft_ms=5, itl_ms=1), port=port):
+            wait_for(lambda: engine.snapshot().endpoints[0].status in ("up", "degraded"))
+            wait_for(lambda: engine.snapshot().endpoints[0].status == "up")
+        wait_for(lambda: engine.snapshot().endpoints[0].status == "down")
+
+
+def test_window_is_bounded():
+    with start_sim_in_thread(SimConfig(model="m", ttft_ms=1, itl_ms=0.5)) as sim:
+        engine = Engine([endpoint(sim.url, model="m", interval_s=0.25, max_tokens=4)], EngineSettings(max_samples=5))
+        with engine:
+            wait_for(lambda: engine.snapshot().endpoints and engine.snapshot().endpoints[0].probes_sent >= 8)
+            assert len(engine.snapshot().endpoints[0].samples) == 5
+
+
+def test_collect_once_runs_n_probes_per_endpoint():
+    with start_sim_in_thread(SimConfig(model="m", ttft_ms=3, itl_ms=1)) as a, \
+         start_sim_in_thread(SimConfig(model="n", ttft_ms=3, itl_ms=1)) as b:
+        engine = Engine([endpoint(a.url, name="a", model=None), endpoint(b.url, name="b", model=None)])
+        snap = engine.collect_once(samples=3, timeout_s=30)
+    assert [(e.name, e.model, e.probes_sent, e.status) for e in snap.endpoints] == [
+        ("a", "m", 3, "up"), ("b", "n", 3, "up")]
+
+
+def _task_count(engine: Engine) -> int:
+    async def count():
+        return len(asyncio.all_tasks())
+
+    return asyncio.run_coroutine_threadsafe(count(), engine._loop).result(5)
