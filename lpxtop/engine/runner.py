@@ -207,7 +207,7 @@ class Engine:
                 await self._run_discovery(client)
             for config in self._configs:
                 self._add_state(config)
-            system = asyncio.ensure_future(self._collect_system_once())
+            gpu = asyncio.ensure_future(self._collect_gpu())
 
             async def one_endpoint(state: _EndpointState) -> None:
                 if state.scraper is not None:
@@ -221,10 +221,12 @@ class Engine:
 
             try:
                 await asyncio.wait_for(
-                    asyncio.gather(*(one_endpoint(s) for s in self._states.values()), system), timeout_s
+                    asyncio.gather(*(one_endpoint(s) for s in self._states.values()), gpu), timeout_s
                 )
             except asyncio.TimeoutError:
                 log.warning("collect_once: gave up after %.0f s", timeout_s)
+            # after the probes, so the port check knows what each endpoint's /v1/models serves
+            await self._collect_host_and_ports()
         self._snapshot = self._build_snapshot()
         return self._snapshot
 
@@ -390,7 +392,7 @@ class Engine:
     async def _collect_host_and_ports(self) -> None:
         if self._ports is not None:
             served = {name: s.served_models for name, s in self._states.items()}
-            gpu_pids = {p.pid: p.used_bytes or 0 for d in self._gpu_snapshot.devices for p in d.processes}
+            gpu_pids = {p.pid: p.used_bytes or 0 for _, p in self._gpu_snapshot.all_processes()}
             try:
                 self._port_statuses, self._leftovers = await asyncio.to_thread(
                     self._ports.collect, list(self._configs), served, gpu_pids
@@ -403,10 +405,6 @@ class Engine:
             except Exception:  # noqa: BLE001
                 log.exception("host collection failed")
         self._dirty = True
-
-    async def _collect_system_once(self) -> None:
-        await self._collect_gpu()
-        await self._collect_host_and_ports()
 
     def _endpoint_pids(self) -> dict[int, str]:
         return {p.pid: p.endpoint for p in self._port_statuses if p.pid is not None and p.endpoint}

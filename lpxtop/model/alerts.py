@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SEVERITIES = ("info", "warning", "critical")
+SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
 
 
 @dataclass(frozen=True)
@@ -16,5 +17,15 @@ class Alert:
     message: str
     subject: str = ""  # what it is about: "gpu0", an endpoint name, "host"
 
+    @property
+    def rank(self) -> int:
+        """Higher is worse: info 0, warning 1, critical 2."""
+        return SEVERITY_RANK.get(self.severity, 0)
+
     def to_json(self) -> dict:
-        return {"severity": self.severity, "kind": self.kind, "message": self.message, "subject": self.subject}
+        return {
+            "severity": self.severity,
+            "kind": self.kind,
+            "message": self.message,
+            "subject": self.subject,
+        }

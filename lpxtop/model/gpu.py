@@ -2,21 +2,46 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class GpuProcess:
+    """One process holding memory on a GPU, joined (when the OS lets us) to its name, user and command.
+
+    `name`, `user` and `cmdline` are None when the process cannot be read (gone, another user's and
+    access denied, or in another PID namespace); `used_bytes` is None when NVML does not report it.
+    `endpoint` names the endpoint whose server is this process or one of its ancestors.
+    """
+
     pid: int
-    name: str
+    name: str | None
     used_bytes: int | None
+    user: str | None = None
+    cmdline: str | None = None
+    endpoint: str | None = None
+    kind: str = "compute"  # compute | graphics | compute+graphics
 
     def to_json(self) -> dict:
-        return {"pid": self.pid, "name": self.name, "used_bytes": self.used_bytes}
+        return {
+            "pid": self.pid,
+            "name": self.name,
+            "used_bytes": self.used_bytes,
+            "user": self.user,
+            "cmdline": self.cmdline,
+            "endpoint": self.endpoint,
+            "kind": self.kind,
+        }
 
 
 @dataclass(frozen=True)
 class GpuDevice:
+    """One GPU, or one MIG device (then `parent_index` is its GPU's index and `index` the MIG slot).
+
+    None means "N/A": the driver does not report the value; `notes` says why, once per cause.
+    """
+
     index: int
     name: str
     uuid: str
@@ -26,6 +51,37 @@ class GpuDevice:
     temp_c: float | None = None
     power_w: float | None = None
     processes: tuple[GpuProcess, ...] = ()
+    power_limit_w: float | None = None
+    sm_clock_mhz: int | None = None
+    mem_util_pct: float | None = None  # memory-controller busy share, not memory used
+    mig_devices: tuple[GpuDevice, ...] = ()
+    parent_index: int | None = None
+    lost: bool = False  # NVML says GPU_IS_LOST: fell off the bus, needs a reset
+    notes: tuple[str, ...] = ()  # why some values are N/A, what to do
+
+    @property
+    def is_mig(self) -> bool:
+        return self.parent_index is not None
+
+    @property
+    def label(self) -> str:
+        """How messages name it: "GPU 0", or "GPU 0 MIG 2"."""
+        if self.parent_index is None:
+            return f"GPU {self.index}"
+        return f"GPU {self.parent_index} MIG {self.index}"
+
+    @property
+    def key(self) -> str:
+        """A short stable identifier for alert subjects and history: "gpu0", "gpu0/mig2"."""
+        if self.parent_index is None:
+            return f"gpu{self.index}"
+        return f"gpu{self.parent_index}/mig{self.index}"
+
+    @property
+    def mem_used_pct(self) -> float | None:
+        if self.mem_used_bytes is None or not self.mem_total_bytes:
+            return None
+        return 100.0 * self.mem_used_bytes / self.mem_total_bytes
 
     def to_json(self) -> dict:
         return {
@@ -38,13 +94,52 @@ class GpuDevice:
             "temp_c": self.temp_c,
             "power_w": self.power_w,
             "processes": [p.to_json() for p in self.processes],
+            "power_limit_w": self.power_limit_w,
+            "sm_clock_mhz": self.sm_clock_mhz,
+            "mem_util_pct": self.mem_util_pct,
+            "parent_index": self.parent_index,
+            "mig_devices": [m.to_json() for m in self.mig_devices],
+            "lost": self.lost,
+            "notes": list(self.notes),
         }
 
 
 @dataclass(frozen=True)
 class GpuSnapshot:
-    """`status` is "ok" or "unavailable: <reason>"; `simulated` marks the demo's fake GPU."""
+    """`status` is "ok" or "unavailable: <reason>"; `simulated` marks the demo's fake GPU.
+
+    `collected_at` is time.time() when the devices were read (alert projections fit against it).
+    """
 
     status: str
     devices: tuple[GpuDevice, ...] = ()
     simulated: bool = False
+    collected_at: float | None = None
+    driver_version: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def all_devices(self) -> Iterator[GpuDevice]:
+        """Every GPU, each followed by its MIG devices."""
+        for dev in self.devices:
+            yield dev
+            yield from dev.mig_devices
+
+    def all_processes(self) -> Iterator[tuple[GpuDevice, GpuProcess]]:
+        """Every (device, process) pair, MIG devices included."""
+        for dev in self.all_devices():
+            for proc in dev.processes:
+                yield dev, proc
+
+    def to_json(self) -> dict:
+        return {
+            "status": self.status,
+            "simulated": self.simulated,
+            "collected_at": self.collected_at,
+            "driver_version": self.driver_version,
+            "notes": list(self.notes),
+            "devices": [d.to_json() for d in self.devices],
+        }
