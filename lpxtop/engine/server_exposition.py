@@ -1,0 +1,117 @@
+"""A parsed /metrics body, indexed by sample name, with the lookups the normalizer needs.
+
+Parsing is prometheus_client's (`text_string_to_metric_families`), never regular expressions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from lpxtop.engine.metric_names import Ref
+
+Labels = tuple[tuple[str, str], ...]
+
+
+class NotPrometheusText(ValueError):
+    """The body did not parse as Prometheus text exposition format."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One sample: its labels (sorted pairs) and value."""
+
+    labels: Labels
+    value: float
+
+    def label(self, name: str) -> str | None:
+        for k, v in self.labels:
+            if k == name:
+                return v
+        return None
+
+
+class Exposition:
+    """Every sample of one scrape, by the sample name prometheus_client gave it."""
+
+    def __init__(self, samples: Mapping[str, list[Point]], families: int) -> None:
+        self._samples = samples
+        self.families = families
+
+    @classmethod
+    def parse(cls, text: str) -> Exposition:
+        """Parse exposition text; raise NotPrometheusText with the parser's reason if it is not."""
+        samples: dict[str, list[Point]] = {}
+        families = 0
+        try:
+            for family in text_string_to_metric_families(text):
+                families += 1
+                for s in family.samples:
+                    value = float(s.value)
+                    if math.isnan(value):
+                        continue  # NaN gauges (an engine with nothing to report) carry no value
+                    labels = tuple(sorted((str(k), str(v)) for k, v in s.labels.items()))
+                    samples.setdefault(s.name, []).append(Point(labels, value))
+        except Exception as e:  # the parser raises ValueError, IndexError, TypeError... on bad input
+            raise NotPrometheusText(_short(e)) from None
+        return cls(samples, families)
+
+    @property
+    def names(self) -> Iterable[str]:
+        return self._samples.keys()
+
+    def has(self, name: str) -> bool:
+        return bool(self.lookup(Ref(name)))
+
+    def lookup(self, r: Ref) -> list[Point]:
+        """Samples of `r` (trying the `_total` spellings a counter may have), filtered by its labels."""
+        for name in _spellings(r.name):
+            points = self._samples.get(name)
+            if points:
+                if r.match:
+                    points = [p for p in points if all(p.label(k) == v for k, v in r.match)]
+                if points:
+                    return points
+        return []
+
+    def first(self, alternatives: Iterable[Ref]) -> tuple[Ref, list[Point]] | None:
+        """The first alternative present in this scrape, with its samples."""
+        for r in alternatives:
+            points = self.lookup(r)
+            if points:
+                return r, points
+        return None
+
+    def histogram(self, r: Ref) -> dict[Labels, tuple[tuple[float, float], ...]]:
+        """Cumulative buckets of histogram `r` per label set (without `le`), sorted by bound."""
+        series: dict[Labels, list[tuple[float, float]]] = {}
+        for p in self._samples.get(r.name + "_bucket", ()):
+            le = p.label("le")
+            if le is None:
+                continue
+            if r.match and not all(p.label(k) == v for k, v in r.match):
+                continue
+            try:
+                bound = float(le)
+            except ValueError:
+                continue
+            key = tuple(kv for kv in p.labels if kv[0] != "le")
+            series.setdefault(key, []).append((bound, p.value))
+        return {k: tuple(sorted(v)) for k, v in series.items() if v}
+
+
+def _spellings(name: str) -> tuple[str, ...]:
+    # prometheus_client's text parser appends `_total` to counter samples that lack it
+    # (TGI's `tgi_request_success` arrives as `tgi_request_success_total`); an untyped sample
+    # keeps its own name. Try the name as written first.
+    if name.endswith("_total"):
+        return (name, name[: -len("_total")])
+    return (name, name + "_total")
+
+
+def _short(e: Exception, limit: int = 80) -> str:
+    text = str(e).strip().replace("\n", " ") or type(e).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,372 @@
+"""Per-endpoint memory of past scrapes: counter rates, windowed histogram quantiles, restarts.
+
+`MetricsTracker.update()` is pure computation (no I/O, explicit clock), so tests can feed it
+two captures and a time step and check every derived value by hand.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from lpxtop.engine.metric_names import PROCESS_START, Hist, KindNames, Ref
+from lpxtop.engine.server_exposition import Exposition, Labels, Point
+from lpxtop.engine.server_histograms import Buckets, bucket_delta, histogram_quantile, merge, observations
+from lpxtop.model.server import ModelServerMetrics, ServerLatency, ServerMetrics
+
+# (model, outcome key, the remaining labels: engine, tp_rank, ...)
+SeriesKey = tuple[str, str, Labels]
+
+COUNTER_ROLES = (
+    "preemptions",
+    "prompt_tokens",
+    "generation_tokens",
+    "prefix_hits",
+    "prefix_queries",
+    "spec_accepted",
+    "spec_drafted",
+)
+HIST_ROLES = ("ttft", "itl", "tpot", "e2e", "queue")
+MAX_READINGS = 1024  # bounds memory even if someone scrapes far faster than the window needs
+
+
+@dataclass
+class Reading:
+    """The cumulative values of one scrape, keyed by series so deltas can be taken later."""
+
+    t: float  # monotonic seconds
+    counters: dict[str, dict[SeriesKey, float]] = field(default_factory=dict)
+    hists: dict[str, dict[SeriesKey, Buckets]] = field(default_factory=dict)
+    process_start: float | None = None
+
+
+class MetricsTracker:
+    """Turns successive scrapes of one server into ServerMetrics (rates, window quantiles, restarts)."""
+
+    def __init__(self, window_s: float = 300.0) -> None:
+        self.window_s = window_s
+        self._history: deque[Reading] = deque(maxlen=MAX_READINGS)
+        self.restart_count = 0
+        self._last_restart_t: float | None = None  # monotonic
+        self.last_restart_time: float | None = None  # wall clock
+
+    def reset_history(self) -> None:
+        """Forget past scrapes (e.g. the endpoint now points at another server)."""
+        self._history.clear()
+
+    def update(self, expo: Exposition, names: KindNames, now: float, wall: float) -> ServerMetrics:
+        """Record one scrape taken at monotonic time `now` and summarize it against the past."""
+        reading = _read(expo, names, now)
+        prev = self._history[-1] if self._history else None
+        if prev is not None and _went_down(prev, reading):
+            # A counter fell: the server restarted. Deltas across the restart would be negative
+            # or meaningless, so the window starts afresh from this scrape.
+            self.restart_count += 1
+            self._last_restart_t = now
+            self.last_restart_time = wall
+            self._history.clear()
+            prev = None
+        if prev is not None and now <= prev.t:
+            self._history.pop()  # no time passed: this scrape replaces the previous one
+            prev = self._history[-1] if self._history else None
+        self._history.append(reading)
+        while len(self._history) > 1 and self._history[0].t < now - self.window_s:
+            self._history.popleft()
+        base = self._history[0] if self._history[0] is not reading else None
+        return _summarize(expo, names, reading, prev, base, self, now, wall)
+
+    def restarted_recently(self, now: float) -> bool:
+        return self._last_restart_t is not None and self._last_restart_t >= now - self.window_s
+
+
+def _model_of(p: Point, names: KindNames) -> str:
+    for label in names.model_labels:
+        v = p.label(label)
+        if v is not None:
+            return v
+    return ""
+
+
+def _rest(p: Point, names: KindNames, drop: Iterable[str] = ()) -> Labels:
+    skip = set(names.model_labels) | set(drop)
+    return tuple(kv for kv in p.labels if kv[0] not in skip)
+
+
+def _counter_series(expo: Exposition, names: KindNames, alts: tuple[Ref, ...]) -> dict[SeriesKey, float]:
+    found = expo.first(alts)
+    if found is None:
+        return {}
+    r, points = found
+    out: dict[SeriesKey, float] = {}
+    for p in points:
+        key = (_model_of(p, names), "", _rest(p, names, (k for k, _ in r.match)))
+        out[key] = out.get(key, 0.0) + p.value
+    return out
+
+
+def _read(expo: Exposition, names: KindNames, now: float) -> Reading:
+    reading = Reading(t=now)
+    for role in COUNTER_ROLES:
+        series = _counter_series(expo, names, getattr(names, role))
+        if series:
+            reading.counters[role] = series
+    outcomes: dict[SeriesKey, float] = {}
+    for oc in names.outcomes:
+        for p in expo.lookup(Ref(oc.name)):
+            reason = p.label(oc.reason_label) if oc.reason_label else None
+            key_name = oc.key + reason if reason is not None else oc.key
+            key = (_model_of(p, names), key_name or "finished", _rest(p, names, [oc.reason_label or ""]))
+            outcomes[key] = outcomes.get(key, 0.0) + p.value
+    if outcomes:
+        reading.counters["outcome"] = outcomes
+    for role in HIST_ROLES:
+        hist: Hist | None = getattr(names, role)
+        if hist is None:
+            continue
+        for r in hist.names:
+            per_series = expo.histogram(r)
+            if per_series:
+                reading.hists[role] = {_hist_key(labels, names): b for labels, b in per_series.items()}
+                break
+    starts = expo.lookup(Ref(PROCESS_START))
+    if len(starts) == 1:
+        reading.process_start = starts[0].value
+    return reading
+
+
+def _hist_key(labels: Labels, names: KindNames) -> SeriesKey:
+    model = next((v for k, v in labels if k in names.model_labels), "")
+    return (model, "", tuple(kv for kv in labels if kv[0] not in names.model_labels))
+
+
+def _went_down(old: Reading, new: Reading) -> bool:
+    if (
+        old.process_start is not None
+        and new.process_start is not None
+        and abs(new.process_start - old.process_start) > 1.0
+    ):
+        return True
+    for role, series in new.counters.items():
+        before = old.counters.get(role, {})
+        for key, value in series.items():
+            if key in before and value < before[key]:
+                return True
+    for role, series in new.hists.items():
+        before_h = old.hists.get(role, {})
+        for key, buckets in series.items():
+            if key in before_h and observations(buckets) < observations(before_h[key]):
+                return True
+    return False
+
+
+def _delta(new: Reading, old: Reading, role: str) -> dict[SeriesKey, float] | None:
+    """Per-series growth of a counter role between two readings; None if the server lacks it."""
+    series = new.counters.get(role)
+    if series is None:
+        return None
+    before = old.counters.get(role, {})
+    return {k: max(0.0, v - before.get(k, 0.0)) for k, v in series.items()}
+
+
+def _sum(d: dict[SeriesKey, float] | None, model: str | None = None) -> float | None:
+    if d is None:
+        return None
+    return sum(v for k, v in d.items() if model is None or k[0] == model)
+
+
+def _latency(role: str, hist: Hist | None, new: Reading, base: Reading | None) -> ServerLatency | None:
+    if hist is None or role not in new.hists or base is None:
+        return None
+    before = base.hists.get(role, {})
+    deltas = []
+    for key, buckets in new.hists[role].items():
+        d = bucket_delta(buckets, before.get(key))
+        if d is not None:
+            deltas.append(d)
+    merged = merge(deltas)
+    count = observations(merged)
+    if merged is None or count <= 0:
+        return ServerLatency(None, None, 0.0)
+
+    def ms(q: float) -> float | None:
+        v = histogram_quantile(q, merged)
+        return None if v is None else v * hist.to_ms
+
+    return ServerLatency(ms(0.50), ms(0.99), count)
+
+
+def _gauge(expo: Exposition, names: KindNames, alts: tuple[Ref, ...]) -> dict[str, list[float]] | None:
+    """Values of the first present gauge alternative, grouped by model."""
+    found = expo.first(alts)
+    if found is None:
+        return None
+    out: dict[str, list[float]] = {}
+    for p in found[1]:
+        out.setdefault(_model_of(p, names), []).append(p.value)
+    return out
+
+
+def _sum_gauge(g: dict[str, list[float]] | None, model: str | None = None) -> float | None:
+    if g is None:
+        return None
+    values = [v for m, vs in g.items() if model is None or m == model for v in vs]
+    return sum(values) if values else None
+
+
+def _max_gauge(g: dict[str, list[float]] | None, model: str | None = None) -> float | None:
+    if g is None:
+        return None
+    values = [v for m, vs in g.items() if model is None or m == model for v in vs]
+    return max(values) if values else None
+
+
+def _mean_gauge(g: dict[str, list[float]] | None) -> float | None:
+    values = [v for vs in (g or {}).values() for v in vs]
+    return sum(values) / len(values) if values else None
+
+
+def _kv_usage(expo: Exposition, names: KindNames, model: str | None) -> float | None:
+    used = _gauge(expo, names, names.kv_blocks_used)
+    total = _gauge(expo, names, names.kv_blocks_max)
+    if used is not None and total is not None:
+        if model is None:
+            # Each model has its own pool: report the fullest one, like the max over engines.
+            ratios = [_kv_ratio(used, total, m) for m in total]
+            ratios = [r for r in ratios if r is not None]
+            return max(ratios) if ratios else None
+        return _kv_ratio(used, total, model)
+    # Engines / TP ranks of one model: the fullest engine (max), since it preempts first.
+    return _max_gauge(_gauge(expo, names, names.kv_usage), model)
+
+
+def _kv_ratio(used: dict[str, list[float]], total: dict[str, list[float]], model: str) -> float | None:
+    u, t = _sum_gauge(used, model), _sum_gauge(total, model)
+    if u is None or not t:
+        return None
+    return u / t
+
+
+def _models(expo: Exposition, names: KindNames) -> tuple[str, ...]:
+    if not names.model_labels:
+        return ()
+    seen: dict[str, None] = {}
+    for name in expo.names:
+        if not name.startswith(names.prefixes):
+            continue
+        for p in expo.lookup(Ref(name)):
+            m = _model_of(p, names)
+            if m:
+                seen.setdefault(m, None)
+    return tuple(seen)
+
+
+def _engines(expo: Exposition, names: KindNames, model: str) -> int:
+    for alts in (names.running, names.waiting, names.kv_usage):
+        found = expo.first(alts)
+        if found is not None:
+            keys = {_rest(p, names) for p in found[1] if _model_of(p, names) == model}
+            if keys:
+                return len(keys)
+    return 1
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den <= 0:
+        return None
+    return min(1.0, num / den)
+
+
+def _summarize(
+    expo: Exposition,
+    names: KindNames,
+    new: Reading,
+    prev: Reading | None,
+    base: Reading | None,
+    tracker: MetricsTracker,
+    now: float,
+    wall: float,
+) -> ServerMetrics:
+    dt = now - prev.t if prev is not None else None
+
+    def rate(role: str, model: str | None = None) -> float | None:
+        if prev is None or not dt:
+            return None
+        return None if (d := _sum(_delta(new, prev, role), model)) is None else d / dt
+
+    def window(role: str) -> float | None:
+        return None if base is None else _sum(_delta(new, base, role))
+
+    running = _gauge(expo, names, names.running)
+    waiting = _gauge(expo, names, names.waiting)
+    preempt = new.counters.get("preemptions")
+
+    hits, queries = window("prefix_hits"), window("prefix_queries")
+    if queries is not None and names.prefix_queries_exclude_hits and hits is not None:
+        queries += hits
+    if "prefix_hits" in new.counters and "prefix_queries" in new.counters:
+        prefix_rate = _ratio(hits, queries)
+    else:
+        prefix_rate = _mean_gauge(_gauge(expo, names, names.prefix_hit_rate_gauge))
+
+    if "spec_drafted" in new.counters:
+        spec_rate = _ratio(window("spec_accepted"), window("spec_drafted"))
+    else:
+        spec_rate = _mean_gauge(_gauge(expo, names, names.spec_accept_rate_gauge))
+
+    outcomes: tuple[tuple[str, float], ...] = ()
+    finished_per_s = None
+    if "outcome" in new.counters:
+        if base is not None:
+            by_reason: dict[str, float] = {}
+            for (_, reason, _), v in (_delta(new, base, "outcome") or {}).items():
+                by_reason[reason] = by_reason.get(reason, 0.0) + v
+            outcomes = tuple(sorted(by_reason.items()))
+        finished_per_s = rate("outcome")
+
+    per_model = []
+    models = _models(expo, names)
+    for m in models:
+        per_model.append(
+            ModelServerMetrics(
+                model=m,
+                engines=_engines(expo, names, m),
+                requests_running=_sum_gauge(running, m),
+                requests_waiting=_sum_gauge(waiting, m),
+                kv_cache_usage=_kv_usage(expo, names, m),
+                preemptions_total=_sum(preempt, m),
+                prompt_tokens_per_s=rate("prompt_tokens", m),
+                generation_tokens_per_s=rate("generation_tokens", m),
+            )
+        )
+
+    variant = next((v for v, marks in names.variants if any(expo.has(n) for n in marks)), None)
+    return ServerMetrics(
+        kind=names.kind,
+        status="ok",
+        variant=variant,
+        models=models,
+        requests_running=_sum_gauge(running),
+        requests_waiting=_sum_gauge(waiting),
+        requests_swapped=_sum_gauge(_gauge(expo, names, names.swapped)),
+        kv_cache_usage=_kv_usage(expo, names, None),
+        preemptions_total=_sum(preempt),
+        preemptions_per_s=rate("preemptions"),
+        prompt_tokens_per_s=rate("prompt_tokens"),
+        generation_tokens_per_s=rate("generation_tokens"),
+        finished_requests_per_s=finished_per_s,
+        server_ttft_ms=_latency("ttft", names.ttft, new, base),
+        server_itl_ms=_latency("itl", names.itl, new, base),
+        server_tpot_ms=_latency("tpot", names.tpot, new, base),
+        server_e2e_ms=_latency("e2e", names.e2e, new, base),
+        server_queue_ms=_latency("queue", names.queue, new, base),
+        prefix_cache_hit_rate=prefix_rate,
+        spec_decode_acceptance_rate=spec_rate,
+        outcomes=outcomes,
+        window_s=None if base is None else now - base.t,
+        restarted=tracker.restarted_recently(now),
+        restart_count=tracker.restart_count,
+        last_restart_time=tracker.last_restart_time,
+        per_model=tuple(per_model),
+        scraped_at=wall,
+    )

@@ -1,0 +1,290 @@
+"""Server-side metrics for one endpoint: fetch /metrics (or Ollama's /api/ps), detect the kind,
+normalize through metric_names' tables into ServerMetrics. Never raises: failures become `status`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+import httpx
+
+from lpxtop.engine.metric_names import BY_KIND, KindNames
+from lpxtop.engine.server_exposition import Exposition, NotPrometheusText
+from lpxtop.engine.server_kinds import auth_headers, detect_kind
+from lpxtop.engine.server_ollama import looks_like_ps, ollama_metrics
+from lpxtop.engine.server_tracker import MetricsTracker
+from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.model.server import ServerMetrics
+
+METRICS_TIMEOUT_S = 3.0
+MAX_METRICS_BYTES = 8 * 1024 * 1024  # a vLLM scrape is ~55 KB; anything near this is not a metrics page
+MAX_ERROR_BYTES = 4096
+REQUEST_HEADERS = {
+    "Accept-Encoding": "identity",
+    # Ask for the classic text format: prometheus_client may answer OpenMetrics to a bare Accept.
+    "Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
+}
+NO_METRICS_STATUSES = (401, 403, 404, 405, 501)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class _Answer:
+    status_code: int
+    content_type: str
+    body: bytes
+
+
+class ServerScraper:
+    """Scrapes one endpoint's server metrics; keeps the state that rates and window quantiles need.
+
+    Single-flight: a call made while a scrape is in progress waits for that scrape's result
+    instead of starting a second request. Servers that have no /metrics (404, 501...) are asked
+    again only every `recheck_s`; the cached answer is returned in between.
+    """
+
+    def __init__(
+        self,
+        endpoint: EndpointConfig,
+        window_s: float = 300.0,
+        *,
+        timeout_s: float = METRICS_TIMEOUT_S,
+        recheck_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.endpoint = endpoint
+        self.window_s = window_s
+        self.timeout_s = timeout_s
+        self.recheck_s = recheck_s
+        self._clock = clock
+        self._wall = wall_clock
+        self.tracker = MetricsTracker(window_s)
+        forced = (endpoint.server_kind or "").lower() or None
+        self._forced = forced if forced in BY_KIND or forced in ("ollama", "openai") else None
+        self._ollama: bool | None = True if self._forced == "ollama" else None  # None: not yet known
+        self._names: KindNames | None = BY_KIND.get(self._forced or "")
+        self._last: ServerMetrics | None = None
+        self._skip_until = 0.0
+        self._inflight: asyncio.Future[ServerMetrics] | None = None
+
+    @property
+    def last(self) -> ServerMetrics | None:
+        """The most recent result, or None before the first scrape."""
+        return self._last
+
+    @property
+    def kind(self) -> str:
+        """The kind known so far (forced, detected, or "unknown")."""
+        if self._ollama:
+            return "ollama"
+        if self._names is not None:
+            return self._names.kind
+        return self._forced or "unknown"
+
+    def cancel(self) -> None:
+        """Cancel the scrape in progress, if any (engine shutdown)."""
+        if self._inflight is not None and not self._inflight.done():
+            self._inflight.cancel()
+
+    async def scrape(self, client: httpx.AsyncClient) -> ServerMetrics:
+        """One bounded scrape (about `timeout_s` at most); never raises."""
+        if self._inflight is None or self._inflight.done():
+            self._inflight = asyncio.ensure_future(self._scrape_once(client))
+        # shield: a cancelled caller must not cancel the scrape another caller is waiting on.
+        return await asyncio.shield(self._inflight)
+
+    async def _scrape_once(self, client: httpx.AsyncClient) -> ServerMetrics:
+        try:
+            result = await self._scrape(client)
+        except Exception as e:  # a bug here must not take the engine down
+            result = self._failed(f"error: scraper failed ({type(e).__name__}: {e})"[:200])
+        self._last = result
+        return result
+
+    async def _scrape(self, client: httpx.AsyncClient) -> ServerMetrics:
+        if self._forced == "openai":
+            return self._failed("no /metrics: server_kind is openai (hosted APIs expose none)")
+        if self._ollama:
+            return await self._scrape_ollama(client)
+        if self._last is not None and self._clock() < self._skip_until:
+            return self._last
+        url = self.endpoint.effective_metrics_url
+        started = self._clock()
+        answer = await self._get(client, url, MAX_METRICS_BYTES, "/metrics")
+        if isinstance(answer, ServerMetrics):
+            return answer
+        now, wall = self._clock(), self._wall()
+        if answer.status_code == 200:
+            # Parsing a vLLM page takes ~20 ms of pure Python: off the event loop, so the probes'
+            # byte-arrival timestamps on that loop are not held up by it.
+            return await asyncio.to_thread(self._parse, answer, (now - started) * 1000.0, now, wall)
+        if answer.status_code == 404 and self._ollama is None:
+            self._ollama = await self._is_ollama(client)
+            if self._ollama:
+                return await self._scrape_ollama(client)
+        if answer.status_code in NO_METRICS_STATUSES:
+            self._skip_until = self._clock() + self.recheck_s
+        return self._http_status(answer)
+
+    def _parse(self, answer: _Answer, scrape_ms: float, now: float, wall: float) -> ServerMetrics:
+        text = answer.body.decode("utf-8", errors="replace")
+        try:
+            expo = Exposition.parse(text)
+        except NotPrometheusText as e:
+            ctype = answer.content_type.split(";")[0].strip()
+            detail = f"{ctype}: {e}" if ctype and "text/plain" not in ctype else str(e)
+            return self._failed(f"error: /metrics is not Prometheus text ({detail})")
+        if expo.families == 0:
+            return self._failed("error: /metrics answered an empty page")
+        names = BY_KIND.get(self._forced or "") or detect_kind(expo)
+        if names is None:
+            sample = next(iter(sorted(expo.names)), "")
+            return self._failed(
+                f"unknown server: /metrics has no vLLM, SGLang, TGI, llama.cpp, Triton or LMDeploy "
+                f"metrics ({expo.families} families, e.g. {sample})"[:200],
+                kind="unknown",
+            )
+        if self._names is not None and names.kind != self._names.kind:
+            self.tracker.reset_history()  # another server now answers on this port
+        self._names = names
+        metrics = self.tracker.update(expo, names, now, wall)
+        return dataclasses.replace(metrics, scrape_ms=scrape_ms)
+
+    def _http_status(self, answer: _Answer) -> ServerMetrics:
+        code = answer.status_code
+        body = answer.body.decode("utf-8", errors="replace").lower()
+        if code == 501 and ("does not support metrics" in body or "not_supported" in body):
+            return self._failed(
+                "no /metrics: llama.cpp answers 501 — start llama-server with --metrics", kind="llamacpp"
+            )
+        if code == 404:
+            return self._failed(
+                "no /metrics: HTTP 404 — this server has none (hosted APIs, Triton's OpenAI port); "
+                "set metrics_url if it lives elsewhere (Triton: port 8002)"
+            )
+        if code in (401, 403):
+            return self._failed(f"no /metrics: HTTP {code} — the metrics page wants credentials")
+        if code in NO_METRICS_STATUSES:
+            return self._failed(f"no /metrics: HTTP {code}")
+        return self._failed(f"error: /metrics answered HTTP {code}")
+
+    async def _is_ollama(self, client: httpx.AsyncClient) -> bool:
+        answer = await self._get(client, self.endpoint.origin + "/api/ps", 1024 * 1024, "/api/ps")
+        if isinstance(answer, ServerMetrics) or answer.status_code != 200:
+            return False
+        try:
+            return looks_like_ps(json.loads(answer.body))
+        except ValueError:
+            return False
+
+    async def _scrape_ollama(self, client: httpx.AsyncClient) -> ServerMetrics:
+        started = self._clock()
+        answer = await self._get(client, self.endpoint.origin + "/api/ps", 1024 * 1024, "/api/ps")
+        if isinstance(answer, ServerMetrics):
+            return answer
+        if answer.status_code != 200:
+            return self._failed(f"error: /api/ps answered HTTP {answer.status_code}", kind="ollama")
+        try:
+            payload = json.loads(answer.body)
+        except ValueError:
+            return self._failed("error: /api/ps is not JSON", kind="ollama")
+        metrics = ollama_metrics(payload, wall=self._wall())
+        return dataclasses.replace(metrics, scrape_ms=(self._clock() - started) * 1000.0)
+
+    async def _get(
+        self, client: httpx.AsyncClient, url: str, limit: int, what: str
+    ) -> _Answer | ServerMetrics:
+        """GET with a per-operation timeout and an overall deadline; failures come back as ServerMetrics."""
+        try:
+            # httpx's timeout is per read; the overall deadline also stops a server that trickles bytes.
+            return await asyncio.wait_for(self._read(client, url, limit), self.timeout_s + 0.5)
+        except (asyncio.TimeoutError, TimeoutError, httpx.TimeoutException):
+            return self._failed(f"no {what}: timed out after {self.timeout_s:g} s ({_where(url)})")
+        except httpx.ConnectError as e:
+            if _refused(e):
+                return self._failed(f"no {what}: connection refused ({_where(url)})")
+            return self._failed(f"no {what}: cannot connect to {_where(url)} ({_short(e)})")
+        except _TooLarge:
+            return self._failed(f"error: {what} is larger than {limit // (1024 * 1024)} MiB")
+        except (httpx.HTTPError, OSError) as e:
+            return self._failed(f"error: {what} request failed ({type(e).__name__}: {_short(e)})")
+
+    async def _read(self, client: httpx.AsyncClient, url: str, limit: int) -> _Answer:
+        timeout = httpx.Timeout(self.timeout_s)
+        # Some servers guard /metrics with the API key; never send it to another host.
+        headers = auth_headers(self.endpoint) if _origin(url) == self.endpoint.origin else {}
+        headers.update(REQUEST_HEADERS)
+        async with client.stream("GET", url, headers=headers, timeout=timeout) as r:
+            cap = limit if r.status_code == 200 else MAX_ERROR_BYTES
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in r.aiter_bytes():
+                size += len(chunk)
+                if size > cap:
+                    if r.status_code != 200:
+                        break  # an error page: its start is enough to explain it
+                    raise _TooLarge
+                chunks.append(chunk)
+            return _Answer(r.status_code, r.headers.get("content-type", ""), b"".join(chunks))
+
+    def _failed(self, status: str, kind: str | None = None) -> ServerMetrics:
+        return ServerMetrics(
+            kind=kind or self.kind,
+            status=status,
+            restart_count=self.tracker.restart_count,
+            last_restart_time=self.tracker.last_restart_time,
+            restarted=self.tracker.restarted_recently(self._clock()),
+            scraped_at=self._wall(),
+        )
+
+
+def time_outside_engine_ms(client_ttft_p50_ms: float | None, server: ServerMetrics | None) -> float | None:
+    """Time outside the engine: network, HTTP server, queueing in front of the engine.
+
+    Client-side TTFT p50 minus the server's own TTFT p50 (ms); None when either is unknown.
+    The server's p50 is interpolated inside a histogram bucket, so a client value a little below
+    it is resolution noise, reported as 0 rather than a negative time.
+    """
+    if client_ttft_p50_ms is None or server is None or server.server_ttft_ms is None:
+        return None
+    server_p50 = server.server_ttft_ms.p50
+    if server_p50 is None:
+        return None
+    return max(0.0, client_ttft_p50_ms - server_p50)
+
+
+def _refused(e: BaseException) -> bool:
+    # httpx wraps the OS error (anyio says "All connection attempts failed"): walk the chain.
+    seen: BaseException | None = e
+    for _ in range(8):
+        if seen is None:
+            break
+        if isinstance(seen, ConnectionRefusedError) or "refused" in str(seen).lower():
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _where(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or "?"
+    return f"{host}:{parts.port}" if parts.port else host
+
+
+def _short(e: BaseException, limit: int = 80) -> str:
+    text = str(e).strip().replace("\n", " ") or type(e).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"

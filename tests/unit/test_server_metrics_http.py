@@ -1,0 +1,272 @@
+"""ServerScraper against real loopback HTTP servers (aiohttp.web on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from aiohttp import web
+
+from lpxtop.engine.server_kinds import probe_kind
+from lpxtop.engine.servers import ServerScraper
+from lpxtop.model.endpoint import EndpointConfig
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+pytestmark = pytest.mark.timeout(20)
+
+
+def capture(name: str) -> str:
+    return (FIXTURES / name).read_text(encoding="utf-8")
+
+
+@contextlib.asynccontextmanager
+async def serve(routes: dict[str, Handler]) -> AsyncIterator[str]:
+    """A real HTTP server on 127.0.0.1 (ephemeral port) with the given GET routes; yields its origin."""
+    app = web.Application()
+    for path, handler in routes.items():
+        app.router.add_get(path, handler)
+    runner = web.AppRunner(app, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def http_client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(trust_env=False) as client:  # no proxy from the environment
+        yield client
+
+
+def text_handler(
+    body: str, status: int = 200, hits: list[web.Request] | None = None, delay: float = 0.0
+) -> Handler:
+    async def handle(request: web.Request) -> web.Response:
+        if hits is not None:
+            hits.append(request)
+        if delay:
+            await asyncio.sleep(delay)
+        return web.Response(text=body, status=status, content_type="text/plain")
+
+    return handle
+
+
+def endpoint(origin: str, **kw: object) -> EndpointConfig:
+    return EndpointConfig(name="test", url=origin + "/v1", **kw)  # type: ignore[arg-type]
+
+
+async def test_scrapes_a_real_capture_with_identity_encoding() -> None:
+    hits: list[web.Request] = []
+    body = capture("vllm-0.32.0-cpu-local-capture-after-load.txt")
+    async with serve({"/metrics": text_handler(body, hits=hits)}) as origin, http_client() as client:
+        m = await ServerScraper(endpoint(origin)).scrape(client)
+    assert (m.kind, m.status, m.models) == ("vllm", "ok", ("tiny-llama",))
+    assert m.requests_running == 0.0
+    assert m.scrape_ms is not None and m.scrape_ms >= 0
+    assert hits[0].headers["Accept-Encoding"] == "identity"
+
+
+async def test_rates_between_two_real_scrapes() -> None:
+    bodies = [
+        capture("vllm-0.32.0-cpu-local-capture-idle.txt"),
+        capture("vllm-0.32.0-cpu-local-capture-after-load.txt"),
+    ]
+
+    async def handle(request: web.Request) -> web.Response:
+        return web.Response(text=bodies.pop(0), content_type="text/plain")
+
+    now = [100.0]
+    async with serve({"/metrics": handle}) as origin, http_client() as client:
+        scraper = ServerScraper(endpoint(origin), clock=lambda: now[0])
+        first = await scraper.scrape(client)
+        now[0] = 110.0
+        second = await scraper.scrape(client)
+    assert first.generation_tokens_per_s is None
+    assert second.generation_tokens_per_s == pytest.approx(276.0)  # (2784 - 24) / 10 s, line 153
+    assert second.server_ttft_ms is not None and second.server_ttft_ms.p50 == pytest.approx(10.0)
+
+
+async def test_api_key_goes_to_the_endpoints_own_origin_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LPXTOP_TEST_KEY", "sk-test-123")
+    hits: list[web.Request] = []
+    body = capture("llamacpp-server-0c1e5709-local-capture-after-load.txt")
+    async with (
+        serve({"/metrics": text_handler(body, hits=hits)}) as origin,
+        serve({"/metrics": text_handler(body, hits=hits)}) as other,
+        http_client() as client,
+    ):
+        await ServerScraper(endpoint(origin, api_key_env="LPXTOP_TEST_KEY")).scrape(client)
+        ep = endpoint(origin, api_key_env="LPXTOP_TEST_KEY", metrics_url=other + "/metrics")
+        await ServerScraper(ep).scrape(client)
+    assert hits[0].headers.get("Authorization") == "Bearer sk-test-123"
+    assert "Authorization" not in hits[1].headers
+
+
+async def test_metrics_url_override_like_triton_port_8002() -> None:
+    body = capture("triton-trtllm-2026-07-tensorrtllm_backend-readme.txt")
+    async with serve({}) as api, serve({"/metrics": text_handler(body)}) as metrics, http_client() as client:
+        m = await ServerScraper(endpoint(api, metrics_url=metrics + "/metrics")).scrape(client)
+    assert (m.kind, m.status, m.requests_waiting) == ("triton", "ok", 1.0)
+
+
+async def test_llamacpp_without_metrics_flag_answers_501() -> None:
+    # llama-server's own error body when started without --metrics
+    body = json.dumps(
+        {
+            "error": {
+                "code": 501,
+                "message": "This server does not support metrics endpoint.",
+                "type": "not_supported_error",
+            }
+        }
+    )
+    hits: list[web.Request] = []
+    async with (
+        serve({"/metrics": text_handler(body, status=501, hits=hits)}) as origin,
+        http_client() as client,
+    ):
+        scraper = ServerScraper(endpoint(origin))
+        m = await scraper.scrape(client)
+        again = await scraper.scrape(client)
+    assert m.status == "no /metrics: llama.cpp answers 501 — start llama-server with --metrics"
+    assert m.kind == "llamacpp"
+    assert again.status == m.status
+    assert len(hits) == 1  # asked again only after recheck_s, not on every call
+
+
+async def test_404_is_a_normal_state_with_a_reason() -> None:
+    async with serve({}) as origin, http_client() as client:
+        m = await ServerScraper(endpoint(origin)).scrape(client)
+    assert m.status.startswith("no /metrics: HTTP 404")
+    assert m.kind == "unknown"
+    assert m.requests_running is None and m.kv_cache_usage is None
+
+
+async def test_connection_refused() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    async with http_client() as client:
+        m = await ServerScraper(endpoint(f"http://127.0.0.1:{port}")).scrape(client)
+    assert m.status == f"no /metrics: connection refused (127.0.0.1:{port})"
+
+
+async def test_hang_times_out_in_bounded_time() -> None:
+    release = asyncio.Event()
+
+    async def hang(request: web.Request) -> web.Response:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(release.wait(), 10)
+        return web.Response(text="late")
+
+    async with serve({"/metrics": hang}) as origin, http_client() as client:
+        started = time.monotonic()
+        m = await ServerScraper(endpoint(origin), timeout_s=0.3).scrape(client)
+        elapsed = time.monotonic() - started
+        release.set()
+    assert m.status.startswith("no /metrics: timed out after 0.3 s")
+    assert elapsed < 2.0
+
+
+async def test_trickling_body_hits_the_overall_deadline() -> None:
+    release = asyncio.Event()
+
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await resp.prepare(request)
+        for _ in range(100):  # one byte per 0.1 s: each read is quick, the whole never ends
+            if release.is_set():
+                break
+            await resp.write(b"#")
+            await asyncio.sleep(0.1)
+        return resp
+
+    async with serve({"/metrics": trickle}) as origin, http_client() as client:
+        started = time.monotonic()
+        m = await ServerScraper(endpoint(origin), timeout_s=0.3).scrape(client)
+        elapsed = time.monotonic() - started
+        release.set()
+    assert "timed out" in m.status
+    assert elapsed < 2.0
+
+
+async def test_garbage_body_is_an_error_status() -> None:
+    async def html(request: web.Request) -> web.Response:
+        return web.Response(text="<html><body>Welcome</body></html>", content_type="text/html")
+
+    async with serve({"/metrics": html}) as origin, http_client() as client:
+        m = await ServerScraper(endpoint(origin)).scrape(client)
+    assert m.status.startswith("error: /metrics is not Prometheus text (text/html: ")
+
+
+async def test_ollama_found_through_api_ps_after_404() -> None:
+    payload = (FIXTURES / "ollama-api-ps-handwritten.json").read_text(encoding="utf-8")
+
+    async def ps(request: web.Request) -> web.Response:
+        return web.Response(text=payload, content_type="application/json")
+
+    async with serve({"/api/ps": ps}) as origin, http_client() as client:
+        scraper = ServerScraper(endpoint(origin))
+        m = await scraper.scrape(client)
+        forced = await ServerScraper(endpoint(origin, server_kind="ollama")).scrape(client)
+    assert (m.kind, m.status, m.models_loaded) == ("ollama", "ok", 2)
+    assert m.models == ("gemma3:4b", "llama3.1:70b")
+    assert forced.models == m.models
+
+
+async def test_single_flight() -> None:
+    hits: list[web.Request] = []
+    body = capture("llamacpp-server-0c1e5709-local-capture-after-load.txt")
+    async with (
+        serve({"/metrics": text_handler(body, hits=hits, delay=0.2)}) as origin,
+        http_client() as client,
+    ):
+        scraper = ServerScraper(endpoint(origin))
+        a, b = await asyncio.gather(scraper.scrape(client), scraper.scrape(client))
+    assert len(hits) == 1
+    assert a is b and a.kind == "llamacpp"
+
+
+async def test_forced_kind_wins_over_detection() -> None:
+    body = capture("sglang-2025-sglang-docs-production_metrics.txt")
+    async with serve({"/metrics": text_handler(body)}) as origin, http_client() as client:
+        m = await ServerScraper(endpoint(origin, server_kind="vllm")).scrape(client)
+    assert m.kind == "vllm"
+    assert m.requests_running is None  # no vllm:* names in an SGLang scrape
+
+
+async def test_probe_kind() -> None:
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "tiny-llama", "owned_by": "vllm"}]})
+
+    async def version(request: web.Request) -> web.Response:
+        return web.json_response({"version": "0.12.6"})
+
+    async def ps(request: web.Request) -> web.Response:
+        return web.json_response({"models": []})
+
+    async def props(request: web.Request) -> web.Response:
+        return web.json_response({"default_generation_settings": {}, "total_slots": 4})
+
+    async with http_client() as client:
+        async with serve({"/v1/models": models}) as origin:
+            assert await probe_kind(client, endpoint(origin)) == "vllm"
+        async with serve({"/api/version": version, "/api/ps": ps}) as origin:
+            assert await probe_kind(client, endpoint(origin)) == "ollama"
+        async with serve({"/props": props}) as origin:
+            assert await probe_kind(client, endpoint(origin)) == "llamacpp"
+        async with serve({}) as origin:
+            assert await probe_kind(client, endpoint(origin)) is None
