@@ -123,7 +123,7 @@ class Snapshot:
             "gpus": [d.to_json() for d in self.gpu.devices],
             "gpu_status": self.gpu.status,
             "gpu_simulated": self.gpu.simulated,
-            "host": self.host.to_json() if self.host is not None else None,
+            "host_metrics": self.host.to_json() if self.host is not None else None,
             "ports": [p.to_json() for p in self.ports],
             "leftovers": [p.to_json() for p in self.leftovers],
             "alerts": [a.to_json() for a in self.alerts],
