@@ -337,8 +337,8 @@ class Engine:
             return state.model, None
         state.models_checked_at = now
         ids, error = await fetch_models(client, state.config)
-        if ids or error is None:
-            state.served_models = ids
+        # on failure nothing is known to be served: a stale list would hide a port taken over by another process
+        state.served_models = ids
         if state.config.model is None and ids:
             state.model = ids[0]
         if state.model is None:

@@ -1,0 +1,370 @@
+"""Processes and listening sockets as psutil sees them: one scan, shared by ports, leftovers and discovery.
+
+Everything here is blocking (it reads /proc) and never raises for a process that vanished or that we may
+not inspect: such a process simply carries fewer facts (no user, empty command line).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import psutil
+
+# One table of the inference servers lpxtop knows. Each pattern is matched against the program line:
+# the program (the script or `-m` module when an interpreter runs it) and its arguments, so that
+# `/venv/bin/python3 /venv/bin/vllm serve m` reads "vllm serve m" and `cmake --target llama-server`
+# matches nothing. Process titles set with setproctitle (vLLM "VLLM::EngineCore", "VLLM::Worker_TP0";
+# SGLang "sglang::scheduler_TP0"; Ray "ray::RayWorkerWrapper") replace the whole command line.
+# `leftover` is False for lpxtop's own simulated server: it is a server (so no port conflict), but a
+# stray `lpxtop sim` is the user's toy, not a crashed worker holding a GPU.
+
+
+@dataclass(frozen=True)
+class ServerPattern:
+    """How to recognise one kind of inference-server process.
+
+    `worker` marks a server's internal processes (engine cores, shards, runners): their listening
+    sockets are internal (torch.distributed, ZMQ, gRPC), never the HTTP API, so discovery skips them.
+    """
+
+    kind: str
+    pattern: re.Pattern[str]
+    leftover: bool = True
+    worker: bool = False
+
+
+def _program(pattern: str) -> re.Pattern[str]:
+    return re.compile(rf"^(?:{pattern})(?=\s|$)")
+
+
+SERVER_PATTERNS: tuple[ServerPattern, ...] = (
+    ServerPattern("vllm", _program(r"vllm\s+serve|vllm\.entrypoints\.\S+|VLLM::APIServer\S*")),
+    ServerPattern("vllm", re.compile(r"^VLLM::|^ray::RayWorkerWrapper"), worker=True),
+    ServerPattern("sglang", _program(r"sglang\.launch_server|sglang\s+serve")),
+    ServerPattern("sglang", re.compile(r"^sglang::"), worker=True),
+    ServerPattern("tgi", _program(r"text-generation-(?:launcher|router)")),
+    ServerPattern("tgi", _program(r"text-generation-server"), worker=True),
+    ServerPattern("llamacpp", _program(r"llama-server|llama_cpp\.server")),
+    ServerPattern("ollama", _program(r"ollama\s+serve")),
+    ServerPattern("ollama", _program(r"ollama\s+runner|ollama_llama_server"), worker=True),
+    ServerPattern("triton", _program(r"tritonserver")),
+    ServerPattern("trtllm", _program(r"trtllm-serve|tensorrt_llm\.commands\.serve")),
+    ServerPattern("lmdeploy", _program(r"lmdeploy\s+serve")),
+    ServerPattern("lpxtop-sim", _program(r"lpxtop\.sim|lpxtop\s+(?:sim|demo)"), leftover=False),
+)
+
+_INTERPRETER = re.compile(r"^(?:python[\d.]*|pypy[\d.]*)$")
+_OPTIONS_WITH_VALUE = {"-X", "-W", "-Q"}
+
+
+def program_line(argv: Sequence[str]) -> str:
+    """``"vllm serve m --port 8000"`` from ``["/venv/bin/python3", "/venv/bin/vllm", "serve", …]``.
+
+    The program is argv[0]'s base name, or, when argv[0] is a Python interpreter, the script's base
+    name or the ``-m`` module; ``python -c CODE`` has no program (empty string).
+    """
+    if not argv:
+        return ""
+    first = os.path.basename(argv[0])
+    if not _INTERPRETER.match(first):
+        return " ".join([first, *argv[1:]])
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m" and i + 1 < len(argv):
+            return " ".join(argv[i + 1 :])
+        if arg == "-c":
+            return ""
+        if arg.startswith("-"):
+            i += 2 if arg in _OPTIONS_WITH_VALUE else 1
+            continue
+        return " ".join([os.path.basename(arg), *argv[i + 1 :]])
+    return first
+
+
+def match_server(name: str, argv: Sequence[str] | str) -> ServerPattern | None:
+    """The first known-server pattern matching this process, or None.
+
+    `argv` is the command line as a list (a string is split on whitespace); `name` is the kernel's
+    process name, the only thing left of a zombie.
+    """
+    if isinstance(argv, str):
+        argv = argv.split()
+    for candidate in (program_line(argv), name):
+        if not candidate:
+            continue
+        for entry in SERVER_PATTERNS:
+            if entry.pattern.search(candidate):
+                return entry
+    return None
+
+
+# Options whose value is a secret (vLLM/SGLang/llama-server --api-key, TGI --api-key, --hf-token,
+# --admin-api-key …), and NAME=value words such as `env OPENAI_API_KEY=sk-…`. A `--max-num-batched-tokens`
+# keeps its value: only names ending in the secret word count.
+_SECRET_OPTION = re.compile(r"^--?(?:[\w-]*[-_])?(?:key|token|secret|password|passwd|auth)$", re.IGNORECASE)
+_SECRET_ASSIGN = re.compile(r"^(--?(?:[\w-]*[-_])?(?:key|token|secret|password|passwd|auth)=)", re.IGNORECASE)
+_SECRET_ENV = re.compile(r"^([A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD)[A-Z0-9_]*=)")
+REDACTED = "***"
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """`argv` with the values of secret-bearing options replaced by ``***`` (API keys never leave lpxtop)."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        m = _SECRET_ASSIGN.match(arg) or _SECRET_ENV.match(arg)
+        if m:
+            out.append(m.group(1) + REDACTED)
+        else:
+            out.append(arg)
+            hide_next = bool(_SECRET_OPTION.match(arg))
+    return out
+
+
+# Command-line options that name the HTTP port, per server (TGI/vLLM/SGLang/llama-server: --port;
+# Triton: --http-port; LMDeploy: --server-port).
+_PORT_OPTION = re.compile(r"(?:^|\s)(?:--port|--http-port|--server-port)(?:=|\s+)(\d{1,5})(?=\s|$)")
+
+
+def ports_in_cmdline(cmdline: str) -> tuple[int, ...]:
+    """HTTP ports named on a server's command line (``--port 8011``, ``--http-port=8000``)."""
+    ports = []
+    for m in _PORT_OPTION.finditer(cmdline):
+        port = int(m.group(1))
+        if 0 < port < 65536 and port not in ports:
+            ports.append(port)
+    return tuple(ports)
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """The facts about one process that ports and leftovers need; any of them may be missing."""
+
+    pid: int
+    ppid: int | None
+    name: str
+    argv: tuple[str, ...]
+    user: str | None
+    started_at: float | None
+    status: str | None
+
+    @cached_property
+    def cmdline(self) -> str:
+        """The command line for display and export, with secrets (``--api-key X``) masked."""
+        return " ".join(redact_argv(self.argv))
+
+    @cached_property
+    def server(self) -> ServerPattern | None:
+        return match_server(self.name, self.argv)
+
+    @property
+    def label(self) -> str:
+        """The command line, or the name when the command line is hidden or empty (zombies, kernel)."""
+        return self.cmdline or self.name or f"PID {self.pid}"
+
+
+_PROC_ATTRS = ["pid", "ppid", "name", "cmdline", "username", "create_time", "status"]
+
+
+def scan_processes() -> dict[int, ProcInfo]:
+    """Every process this user may see, with what /proc lets us read about it."""
+    table: dict[int, ProcInfo] = {}
+    try:
+        procs = psutil.process_iter(_PROC_ATTRS, ad_value=None)
+        for proc in procs:
+            info = proc.info
+            table[proc.pid] = ProcInfo(
+                pid=proc.pid,
+                ppid=info.get("ppid"),
+                name=info.get("name") or "",
+                argv=tuple(info.get("cmdline") or ()),
+                user=info.get("username"),
+                started_at=info.get("create_time"),
+                status=info.get("status"),
+            )
+    except (psutil.Error, OSError):
+        pass  # a partial table is still useful; the caller treats missing PIDs as unknown
+    return table
+
+
+def ancestors(pid: int, table: Mapping[int, ProcInfo], limit: int = 64) -> list[int]:
+    """Parent, grandparent, … of `pid` as far as the table knows (bounded against loops)."""
+    chain: list[int] = []
+    info = table.get(pid)
+    while info is not None and info.ppid and info.ppid not in chain and len(chain) < limit:
+        chain.append(info.ppid)
+        info = table.get(info.ppid)
+    return chain
+
+
+def children_map(table: Mapping[int, ProcInfo]) -> dict[int, list[int]]:
+    """ppid -> child PIDs, built once per scan."""
+    kids: dict[int, list[int]] = {}
+    for info in table.values():
+        if info.ppid is not None:
+            kids.setdefault(info.ppid, []).append(info.pid)
+    return kids
+
+
+def descendants(pid: int, kids: Mapping[int, list[int]], limit: int = 4096) -> list[int]:
+    """All PIDs below `pid` (bounded)."""
+    out: list[int] = []
+    todo = list(kids.get(pid, ()))
+    seen = {pid}
+    while todo and len(out) < limit:
+        child = todo.pop()
+        if child in seen:
+            continue
+        seen.add(child)
+        out.append(child)
+        todo.extend(kids.get(child, ()))
+    return out
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One listening TCP socket. `pid` is None when the owner is hidden from us (another user's process)."""
+
+    ip: str
+    port: int
+    pid: int | None
+
+
+@dataclass(frozen=True)
+class ListenScan:
+    """All listening TCP sockets lpxtop could see.
+
+    `complete` is False when the system-wide table was refused and we fell back to scanning the
+    processes we may inspect: a port missing from `by_port` may then still be in use.
+    """
+
+    by_port: Mapping[int, tuple[Listener, ...]]
+    complete: bool
+    error: str | None = None
+
+
+def _process_connections(proc: psutil.Process) -> list:
+    # psutil 6 renamed Process.connections() to net_connections(); keep both working.
+    method = getattr(proc, "net_connections", None) or proc.connections
+    return method(kind="inet")
+
+
+def scan_listeners() -> ListenScan:
+    """Listening TCP sockets: one system-wide call, or a per-process scan when that call is refused."""
+    found: list[Listener] = []
+    complete = True
+    error = None
+    try:
+        for conn in psutil.net_connections(kind="inet"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr:
+                found.append(Listener(conn.laddr.ip, conn.laddr.port, conn.pid))
+    except (psutil.AccessDenied, PermissionError, OSError) as exc:
+        # macOS and hardened Linux refuse the system-wide table to non-root users: fall back to the
+        # processes we may inspect (our own); other users' listeners stay invisible.
+        complete = False
+        error = f"listening sockets: {type(exc).__name__}"
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                conns = _process_connections(proc)
+            except (psutil.Error, OSError):
+                continue
+            for conn in conns:
+                if conn.status == psutil.CONN_LISTEN and conn.laddr:
+                    found.append(Listener(conn.laddr.ip, conn.laddr.port, proc.pid))
+    by_port: dict[int, list[Listener]] = {}
+    for listener in found:
+        by_port.setdefault(listener.port, []).append(listener)
+    return ListenScan({p: tuple(ls) for p, ls in by_port.items()}, complete, error)
+
+
+def tcp_connects(host: str, port: int, timeout_s: float = 0.3) -> bool:
+    """Whether something accepts a TCP connection on host:port (closed at once, nothing is sent)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+_LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
+
+
+def local_names_and_addresses() -> frozenset[str]:
+    """This host's names and interface addresses (lower case). No DNS lookups: they can block."""
+    names = set(_LOOPBACK_NAMES)
+    try:
+        hostname = socket.gethostname().lower()
+        names.add(hostname)
+        names.add(hostname.split(".")[0])
+    except OSError:
+        pass
+    try:
+        for addrs in psutil.net_if_addrs().values():
+            for addr in addrs:
+                if addr.family in (socket.AF_INET, socket.AF_INET6):
+                    names.add(addr.address.split("%")[0].lower())
+    except (psutil.Error, OSError):
+        pass
+    return frozenset(names)
+
+
+def is_local_host(host: str, local: Iterable[str]) -> bool:
+    """Whether `host` (a name or an IP literal from an endpoint URL) is this machine."""
+    host = host.strip("[]").lower()
+    if not host:
+        return False
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host in local or host.endswith(".localhost")
+    return ip.is_loopback or ip.is_unspecified or str(ip) in local
+
+
+def format_age(seconds: float | None) -> str:
+    """``"3 h"`` style age for messages; ``"?"`` when unknown."""
+    if seconds is None:
+        return "?"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 86400:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} d"
+
+
+def printable(text: str) -> str:
+    """`text` with control characters escaped (``\\n``, ``\\x1b``): a process picks its own command
+    line, and a newline or a terminal escape in it must not break a one-line message or the screen."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def short_command(cmdline: str, limit: int = 40) -> str:
+    """The start of a command line for one-line messages, with the interpreter's path shortened."""
+    parts = printable(cmdline).split(" ", 1)
+    if parts and "/" in parts[0]:
+        parts[0] = os.path.basename(parts[0])
+    text = " ".join(parts)
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def format_bytes(n: int) -> str:
+    """GiB/MiB for memory in messages."""
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.1f} GiB"
+    return f"{n / (1 << 20):.0f} MiB"

