@@ -29,9 +29,9 @@ def demo_sim_configs(surge: threading.Event) -> list[tuple[str, SimConfig]]:
     """Two servers that differ the way real ones do: a bigger batch and cache, and a smaller, flakier one."""
     return [
         ("vllm-sim-a", SimConfig(model="sim-llama-3.1-8b", ttft_ms=35.0, itl_ms=11.0, max_num_seqs=16,
-                                 kv_tokens=48_000, seed=1, background_load=_surging_load(2, 18, 90, surge))),
+                                 kv_tokens=24_000, seed=1, background_load=_surging_load(2, 18, 90, surge))),
         ("vllm-sim-b", SimConfig(model="sim-qwen2.5-7b", ttft_ms=55.0, itl_ms=16.0, max_num_seqs=8,
-                                 kv_tokens=16_000, fail_rate=0.02, seed=2,
+                                 kv_tokens=12_000, fail_rate=0.02, seed=2,
                                  background_load=_surging_load(1, 10, 60, surge))),
     ]
 

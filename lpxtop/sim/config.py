@@ -1,0 +1,114 @@
+"""Settings of one simulated inference server (SimConfig) and the background-load shapes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# A background load is the number of virtual requests (no HTTP) the engine should have in flight at
+# `t` seconds after start: a function of t, or (min, max, period_s) for a sine between min and max.
+BackgroundLoad = Callable[[float], float] | tuple[float, float, float]
+
+
+@dataclass
+class SimConfig:
+    """How one simulated vLLM server looks and behaves.
+
+    Timing: a decode step takes `itl_ms * (1 + batch_factor * (running - 1))`; a step that admits new
+    requests also pays `ttft_ms + prefill_ms_per_token * uncached_prompt_tokens` once (prefills are
+    batched). Every step gets +/- `jitter` (a share) of seeded random noise.
+    Capacity: at most `max_num_seqs` running requests; the rest wait FIFO, at most `max_waiting` of
+    them (more get HTTP 503). Each running request holds prompt + generated tokens of the `kv_tokens`
+    KV cache; when the next step would overflow it, the newest running request is preempted.
+    Faults (`fail_rate` … `slow_headers_s`) are the start-up values of the run-time faults; see
+    lpxtop/sim/faults.py for what each one does on the wire.
+    """
+
+    model: str = "sim-llama-8b"
+    ttft_ms: float = 40.0
+    itl_ms: float = 12.0
+    max_num_seqs: int = 8
+    kv_tokens: int = 8192
+    fail_rate: float = 0.0
+    api_key: str | None = None
+    tokens_per_chunk: int = 1
+    background_load: BackgroundLoad | None = None
+    seed: int = 0
+
+    batch_factor: float = 0.05
+    prefill_ms_per_token: float = 0.02
+    jitter: float = 0.1
+    max_model_len: int = 4096  # clamped to kv_tokens, as vLLM refuses a context the cache cannot hold
+    max_waiting: int = 256
+    default_max_tokens: int = 128  # when a request gives no max_tokens (vLLM would use the whole context)
+    random_stop: bool = False  # stop at a random length <= max_tokens ("stop"), unless ignore_eos
+    empty_chunk_rate: float = 0.0  # share of single-token chunks sent with "" content (split UTF-8)
+    send_usage: bool = True  # False: ignore stream_options.include_usage, like servers that never send it
+    role_chunk_at: str = "admitted"  # "received" | "admitted" (scheduled) | "first_token"
+    background_prompt_tokens: tuple[int, int] = (64, 960)  # own prompt tokens of a virtual request (min, max)
+    background_max_tokens: tuple[int, int] = (32, 320)  # output tokens of a virtual request (min, max)
+    prefix_block_tokens: int = 16
+    max_records: int = 10_000
+    version: str = "0.32.0"
+
+    # Start-up faults (see faults.Faults for the meaning of each).
+    rate_limit: bool = False
+    forbidden: bool = False
+    cut_after_tokens: int | None = None
+    stall_after_tokens: int | None = None
+    stall_s: float = 30.0
+    error_event_after_tokens: int | None = None
+    first_token_delay_ms: float = 0.0
+    bad_json: bool = False
+    empty: bool = False
+    slow_headers_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1:
+            raise ValueError("max_num_seqs must be at least 1")
+        if self.kv_tokens < 2:
+            raise ValueError("kv_tokens must be at least 2")
+        if self.tokens_per_chunk < 1:
+            raise ValueError("tokens_per_chunk must be at least 1")
+        if self.ttft_ms < 0 or self.itl_ms < 0:
+            raise ValueError("ttft_ms and itl_ms must not be negative")
+        if not 0.0 <= self.fail_rate <= 1.0:
+            raise ValueError("fail_rate must be between 0 and 1")
+        if self.role_chunk_at not in ("received", "admitted", "first_token"):
+            raise ValueError("role_chunk_at must be 'received', 'admitted' or 'first_token'")
+        self.max_model_len = max(2, min(self.max_model_len, self.kv_tokens))
+
+
+def load_function(load: BackgroundLoad | None) -> Callable[[float], float] | None:
+    """Turn a BackgroundLoad into a function of seconds since start (None stays None)."""
+    if load is None:
+        return None
+    if callable(load):
+        return load
+    low, high, period_s = (float(v) for v in load)
+    if period_s <= 0:
+        raise ValueError("background load period must be positive")
+
+    def sine(t: float) -> float:
+        # Starts at `low`, peaks at `high` half a period later.
+        return low + (high - low) * (1.0 - math.cos(2.0 * math.pi * t / period_s)) / 2.0
+
+    return sine
+
+
+def parse_background_load(text: str) -> tuple[float, float, float] | None:
+    """Parse "MIN,MAX,PERIOD_S" (or "off"/"" for none) as given on the command line."""
+    text = text.strip().lower()
+    if text in ("", "off", "none", "0"):
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 3:
+        raise ValueError(f"background load {text!r}: expected MIN,MAX,PERIOD_S such as 2,24,60")
+    try:
+        low, high, period = (float(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"background load {text!r}: MIN, MAX and PERIOD_S must be numbers") from None
+    if low < 0 or high < low or period <= 0:
+        raise ValueError(f"background load {text!r}: need 0 <= MIN <= MAX and PERIOD_S > 0")
+    return (low, high, period)

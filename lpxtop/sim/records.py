@@ -1,0 +1,96 @@
+"""The truth record: what the sim really sent for each request, and when (perf_counter_ns)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+# Event kinds: "role", "content", "empty_content", "finish", "usage", "done", "error" (an error event
+# mid-stream), "bad_json" (a malformed data line), "body" (a whole non-streaming JSON response).
+EVENT_KINDS = ("role", "content", "empty_content", "finish", "usage", "done", "error", "bad_json", "body")
+
+
+@dataclass
+class SimRecord:
+    """One request as the server saw and answered it.
+
+    `events` holds (t_ns, kind, n_tokens); t_ns is time.perf_counter_ns() taken immediately before the
+    event's bytes were written (CLOCK_MONOTONIC on Linux, so it compares with a client's own
+    perf_counter in another thread or process on the same machine).
+    `outcome` is "pending" while the request runs, then "ok", "cut", "error_event", "client_disconnect",
+    "aborted" (the server stopped under it: connection dropped), or "http_<status>" for a request
+    answered with an error status.
+    """
+
+    response_id: str
+    model: str
+    api: str  # "chat" | "completions"
+    stream: bool
+    t_received_ns: int
+    status: int = 200
+    outcome: str = "pending"
+    faults: tuple[str, ...] = ()
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    events: list[tuple[int, str, int]] = field(default_factory=list)
+    t_done_ns: int | None = None
+
+    @property
+    def tokens_sent(self) -> int:
+        """Tokens carried by the events sent so far (content, empty_content, finish, body)."""
+        return sum(n for _, kind, n in self.events if kind in ("content", "empty_content", "finish", "body"))
+
+    def times_ns(self, *kinds: str) -> list[int]:
+        """Send times of the events of the given kinds, in order."""
+        return [t for t, kind, _ in self.events if kind in kinds]
+
+    def to_json(self) -> dict:
+        """JSON form, for GET /sim/records/{id}."""
+        return {
+            "response_id": self.response_id,
+            "model": self.model,
+            "api": self.api,
+            "stream": self.stream,
+            "t_received_ns": self.t_received_ns,
+            "status": self.status,
+            "outcome": self.outcome,
+            "faults": list(self.faults),
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "finish_reason": self.finish_reason,
+            "events": [list(e) for e in self.events],
+            "t_done_ns": self.t_done_ns,
+        }
+
+
+class RecordStore:
+    """Bounded, thread-safe map of response id -> SimRecord (oldest dropped first)."""
+
+    def __init__(self, max_records: int) -> None:
+        self._max = max(1, max_records)
+        self._records: OrderedDict[str, SimRecord] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, record: SimRecord) -> None:
+        """Keep a new record, dropping the oldest beyond the bound."""
+        with self._lock:
+            self._records[record.response_id] = record
+            while len(self._records) > self._max:
+                self._records.popitem(last=False)
+
+    def get(self, response_id: str) -> SimRecord | None:
+        """The record for a response id, or None (unknown or already dropped)."""
+        with self._lock:
+            return self._records.get(response_id)
+
+    def all(self) -> list[SimRecord]:
+        """All kept records, oldest first (a copy of the list; the records themselves are live)."""
+        with self._lock:
+            return list(self._records.values())
+
+    def clear(self) -> None:
+        """Forget every record."""
+        with self._lock:
+            self._records.clear()
