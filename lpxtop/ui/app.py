@@ -1,0 +1,245 @@
+"""The Textual app: polls a SnapshotSource at 1–2 Hz and hands new snapshots to the screen on top.
+
+`create_app` is the one factory the CLI and the tests use. The app never waits on the network: it reads
+`source.snapshot()` (an attribute read on the live engine) and calls the source's non-blocking setters.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from textual.app import App
+from textual.binding import Binding
+from textual.filter import Monochrome
+from textual.screen import ModalScreen, Screen
+from textual.theme import Theme
+
+from lpxtop.engine.source import SnapshotSource
+from lpxtop.model.snapshot import Snapshot
+from lpxtop.ui.formatting import merge_thresholds
+from lpxtop.ui.palette import Palette, palette_from_variables
+from lpxtop.ui.screens.help import HelpScreen
+from lpxtop.ui.screens.main import MainScreen
+from lpxtop.ui.theming import DEFAULT_THEME, ThemeCatalog, discover_themes, load_theme, variable_defaults
+
+INTERVAL_STEP = 1.5
+INTERVAL_MIN_S, INTERVAL_MAX_S = 0.25, 60.0
+REFRESH_LOCAL_S, REFRESH_SSH_S = 0.5, 1.0
+
+
+class LpxtopApp(App):
+    """lpxtop's terminal interface. Build it with `create_app`."""
+
+    CSS_PATH = "lpxtop.tcss"
+    TITLE = "lpxtop"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("p", "pause", "pause"),
+        Binding("r", "reset", "reset"),
+        Binding("plus,equals_sign", "interval(1)", "slower", key_display="+"),
+        Binding("minus", "interval(-1)", "faster", key_display="-"),
+        Binding("t", "cycle_theme", "theme"),
+        Binding("g", "surge", "surge"),
+    ]
+
+    def __init__(
+        self,
+        source: SnapshotSource,
+        *,
+        catalog: ThemeCatalog,
+        theme_name: str,
+        refresh_s: float,
+        ssh: bool,
+        readonly: bool,
+        thresholds: Mapping[str, tuple[float, float]],
+        poll: bool,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.catalog = catalog
+        self.ssh = ssh
+        self.refresh_s = refresh_s
+        self.readonly = readonly
+        self.thresholds = thresholds
+        self.is_demo = bool(getattr(source, "is_demo", False))
+        self.poll_enabled = poll
+        self.snapshot: Snapshot | None = None
+        self.paused = False
+        self.interval_s = 2.0
+        self.surge = False
+        self._palettes: dict[str, Palette] = {}
+        self._poll_error: str | None = None
+        for theme in catalog.themes.values():
+            self.register_theme(theme)
+        self.theme = theme_name
+        if ssh:
+            self.animation_level = "none"  # no animation over a remote link
+
+    # Theme support
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        """Every custom $variable in lpxtop.tcss has a default, so a minimal user theme still loads."""
+        return variable_defaults(self.current_theme)
+
+    @property
+    def palette(self) -> Palette:
+        """Rich styles for the current theme's status colours (cached per theme)."""
+        name = self.theme
+        if name not in self._palettes:
+            theme = self.current_theme
+            variables = {**variable_defaults(theme), **theme.to_color_system().generate(), **theme.variables}
+            self._palettes[name] = palette_from_variables(variables)
+        return self._palettes[name]
+
+    @property
+    def lpxtop_themes(self) -> list[str]:
+        """The themes `t` cycles through: lpxtop's and the user's, not Textual's built-ins."""
+        return list(self.catalog.themes)
+
+    def _on_theme_changed(self, theme: Theme) -> None:
+        self._rerender_screen(force=True)
+
+    # Polling
+
+    def on_mount(self) -> None:
+        self.theme_changed_signal.subscribe(self, self._on_theme_changed)
+        if self.catalog.errors:
+            # Every broken theme file, in one notification (posting's habit).
+            self.notify("\n".join(str(e) for e in self.catalog.errors), title="Theme files skipped",
+                        severity="warning", timeout=15)
+        self.poll()
+        if self.snapshot is not None:
+            self.paused = self.snapshot.paused
+            self.interval_s = self.snapshot.interval_s
+            self._rerender_screen()
+        if self.poll_enabled:
+            self.set_interval(self.refresh_s, self.poll, name="snapshot-poll")
+
+    def get_default_screen(self) -> Screen:
+        return MainScreen()
+
+    def poll(self) -> None:
+        """Read the newest snapshot and give it to the screen on top, unless nothing changed."""
+        try:
+            snap = self.source.snapshot()
+        except Exception as exc:  # a broken source must not kill the UI; say so once
+            message = f"cannot read the engine's snapshot: {type(exc).__name__}: {exc}"
+            if message != self._poll_error:
+                self._poll_error = message
+                self.notify(message, severity="error", timeout=10)
+            return
+        self._poll_error = None
+        if self.snapshot is not None and snap is self.snapshot:
+            return
+        self.snapshot = snap
+        screen = self.screen
+        if isinstance(screen, ModalScreen):
+            return  # nothing visible changes under a dialog; the screen catches up on resume
+        show = getattr(screen, "show_snapshot", None)
+        if show is not None:
+            show(snap)
+
+    def _rerender_screen(self, force: bool = False) -> None:
+        for screen in self.screen_stack:
+            rerender = getattr(screen, "rerender", None)
+            if rerender is not None and screen is self.screen:
+                rerender(force=force)
+            elif rerender is not None and force:
+                # Screens underneath redraw in the new theme when they come back.
+                screen.call_later(rerender, force)
+
+    # Actions
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(demo=self.is_demo))
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self.source.set_paused(self.paused)
+        self.notify("probing paused (p resumes)" if self.paused else "probing resumed", timeout=2)
+        self._rerender_screen()
+
+    def action_reset(self) -> None:
+        self.source.reset()
+        self.notify("statistics reset", timeout=2)
+
+    def action_interval(self, direction: int) -> None:
+        factor = INTERVAL_STEP if direction > 0 else 1 / INTERVAL_STEP
+        new = round(min(INTERVAL_MAX_S, max(INTERVAL_MIN_S, self.interval_s * factor)), 3)
+        if new == self.interval_s:
+            self.notify(f"probe interval already at its {'maximum' if direction > 0 else 'minimum'} ({new:g} s)",
+                        timeout=2)
+            return
+        self.interval_s = new
+        self.source.set_interval(new)
+        self._rerender_screen()
+
+    def action_cycle_theme(self) -> None:
+        names = self.lpxtop_themes
+        if not names:
+            return
+        index = names.index(self.theme) if self.theme in names else -1
+        self.theme = names[(index + 1) % len(names)]
+        self.notify(f"theme: {self.theme}", timeout=2)
+
+    def action_surge(self) -> None:
+        if not self.is_demo:
+            self.notify("g (load surge) only works in `lpxtop demo`", timeout=3)
+            return
+        self.surge = not self.surge
+        self.source.request_surge(self.surge)
+        self.notify("demo surge on: watch TTFT and the queue grow" if self.surge else "demo surge off", timeout=3)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return action != "surge" or self.is_demo  # g is hidden from the footer outside the demo
+
+
+def create_app(
+    source: SnapshotSource,
+    *,
+    theme: str | None = None,
+    refresh_s: float | None = None,
+    ssh: bool | None = None,
+    no_color: bool | None = None,
+    readonly: bool = False,
+    thresholds: Mapping[str, tuple[float, float]] | None = None,
+    poll: bool = True,
+) -> LpxtopApp:
+    """Build the app (the CLI and the tests use this one factory).
+
+    theme: a theme name (built-in or from the user themes directory); raises UnknownThemeError
+        listing the available ones, or ThemeFileError when that theme's file is broken.
+    refresh_s: how often the UI reads the snapshot (default 0.5 s, 1 s over SSH).
+    ssh: treat the terminal as remote (default: SSH_CONNECTION is set): 1 Hz, no animation, no blink.
+    no_color: monochrome output (default: the NO_COLOR environment variable, which Textual honours).
+    readonly: refuse process signals (also when the source says it is read-only).
+    thresholds: (warning, critical) limits overriding formatting.DEFAULT_THRESHOLDS.
+    poll: False keeps the poll timer off (one read at start): for snapshot tests.
+    """
+    catalog = discover_themes()
+    theme_name = theme or DEFAULT_THEME
+    if theme_name not in catalog.themes:
+        load_theme(theme_name)  # raises the right error: unknown, or the file's problems
+    if ssh is None:
+        ssh = bool(os.environ.get("SSH_CONNECTION"))
+    if refresh_s is None:
+        refresh_s = REFRESH_SSH_S if ssh else REFRESH_LOCAL_S
+    app = LpxtopApp(
+        source,
+        catalog=catalog,
+        theme_name=theme_name,
+        refresh_s=max(0.1, refresh_s),
+        ssh=ssh,
+        readonly=bool(readonly or getattr(source, "readonly", False)),
+        thresholds=merge_thresholds(thresholds),
+        poll=poll,
+    )
+    if no_color and not app.no_color:
+        # Same effect as NO_COLOR in the environment, which Textual reads in App.__init__.
+        app.no_color = True
+        app._filters.append(Monochrome())
+    return app

@@ -1,0 +1,211 @@
+"""Turning numbers into short cell text, and values into a severity level for colour.
+
+Pure functions over numbers and Rich text, no Textual: every widget formats the same way, and tests check them directly.
+Unknown values are always `--`, never 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rich.text import Text
+
+UNKNOWN = "--"
+
+# (warning, critical) limits; a value at or above a limit takes that level.
+DEFAULT_THRESHOLDS: dict[str, tuple[float, float]] = {
+    "ttft_p50_ms": (500.0, 2000.0),
+    "ttft_p99_ms": (1000.0, 3000.0),
+    "e2e_p99_ms": (15000.0, 30000.0),
+    "itl_p50_ms": (100.0, 250.0),
+    "tpot_p50_ms": (100.0, 250.0),
+    "error_pct": (1.0, 5.0),
+    "kv_cache": (0.9, 0.97),  # 0..1
+    "queue_waiting": (1.0, 10.0),
+    "gpu_mem": (0.9, 0.97),  # 0..1
+    "gpu_temp_c": (80.0, 90.0),
+    "cpu_pct": (85.0, 95.0),
+    "host_mem": (0.9, 0.97),  # 0..1
+    "swap": (0.25, 0.75),  # 0..1
+    "mem_pressure": (10.0, 40.0),  # PSI avg10 %
+}
+
+LEVELS = ("ok", "warning", "critical", "unknown")
+
+
+def merge_thresholds(overrides: Mapping[str, tuple[float, float]] | None) -> dict[str, tuple[float, float]]:
+    """The defaults with the caller's limits laid over them."""
+    merged = dict(DEFAULT_THRESHOLDS)
+    for key, pair in (overrides or {}).items():
+        warning, critical = pair
+        merged[key] = (float(warning), float(critical))
+    return merged
+
+
+def level(value: float | None, key: str, thresholds: Mapping[str, tuple[float, float]]) -> str:
+    """"ok", "warning" or "critical" for `value` against thresholds[key]; "unknown" for None."""
+    if value is None:
+        return "unknown"
+    limits = thresholds.get(key)
+    if limits is None:
+        return "ok"
+    warning, critical = limits
+    if value >= critical:
+        return "critical"
+    if value >= warning:
+        return "warning"
+    return "ok"
+
+
+def fmt_ms(value: float | None) -> str:
+    """Milliseconds in at most 6 characters: 3.2, 142, 1.25s, 12.3s, 2m05s."""
+    if value is None:
+        return UNKNOWN
+    if value < 10:
+        return f"{value:.1f}"
+    if value < 1000:
+        return f"{value:.0f}"
+    seconds = value / 1000.0
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, rest = divmod(int(round(seconds)), 60)
+    return f"{minutes}m{rest:02d}s"
+
+
+def fmt_signed_ms(value: float | None) -> str:
+    """A difference in ms with its sign: +24, -3.1, +1.20s."""
+    if value is None:
+        return UNKNOWN
+    sign = "-" if value < 0 else "+"
+    return sign + fmt_ms(abs(value))
+
+
+def fmt_rate(value: float | None) -> str:
+    """Tokens per second: 8.4, 84.2, 842, 1.2k."""
+    if value is None:
+        return UNKNOWN
+    if value < 100:
+        return f"{value:.1f}"
+    if value < 1000:
+        return f"{value:.0f}"
+    if value < 100_000:
+        return f"{value / 1000:.1f}k"
+    return f"{value / 1000:.0f}k"
+
+
+def fmt_pct(value: float | None, *, fraction: bool = False, digits: int = 0) -> str:
+    """A percentage; `fraction=True` when the value is 0..1."""
+    if value is None:
+        return UNKNOWN
+    pct = value * 100.0 if fraction else value
+    return f"{pct:.{digits}f}%"
+
+
+def fmt_count(value: float | None) -> str:
+    """A gauge that counts things (requests): integers without a decimal point."""
+    if value is None:
+        return UNKNOWN
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.1f}"
+
+
+def fmt_bytes(value: float | None) -> str:
+    """Binary units, 1 decimal from GiB: 812M, 71.2G."""
+    if value is None:
+        return UNKNOWN
+    if value < 1024:
+        return f"{value:.0f}B"
+    for unit, size in (("T", 1024.0**4), ("G", 1024.0**3), ("M", 1024.0**2), ("K", 1024.0)):
+        if value >= size:
+            amount = value / size
+            return f"{amount:.1f}{unit}" if unit in "TG" else f"{amount:.0f}{unit}"
+    return f"{value:.0f}B"  # pragma: no cover - unreachable
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """Compact elapsed time: 45s, 12m03s, 1h02m, 3d04h."""
+    if seconds is None:
+        return UNKNOWN
+    total = max(0, int(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def fmt_ago(event_time: float | None, now: float) -> str:
+    """How long before `now` (the snapshot's wall time, never time.time(), so screens are reproducible)."""
+    if event_time is None:
+        return UNKNOWN
+    return fmt_duration(now - event_time) + " ago"
+
+
+def truncate(text: str | None, width: int) -> str:
+    """Cut to `width` characters with an ellipsis; None becomes `--`."""
+    if text is None:
+        return UNKNOWN
+    text = " ".join(text.split())  # one line: messages may hold newlines
+    if width <= 0:
+        return ""
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+SPARK_CHARS = "▁▂▃▄▅▆▇█"
+
+
+def spark_text(values: Sequence[float | None], width: int) -> str:
+    """A one-line sparkline of the last `width` values; a missing value (a failed probe) is a space."""
+    tail = list(values)[-width:] if width > 0 else []
+    known = [v for v in tail if v is not None]
+    if not known:
+        return " " * len(tail)
+    low, high = min(known), max(known)
+    span = high - low
+    out = []
+    for v in tail:
+        if v is None:
+            out.append(" ")
+        elif span <= 0:
+            out.append(SPARK_CHARS[0])
+        else:
+            out.append(SPARK_CHARS[min(len(SPARK_CHARS) - 1, int((v - low) / span * len(SPARK_CHARS)))])
+    return "".join(out)
+
+
+BAR_EIGHTHS = " ▏▎▍▌▋▊▉█"
+
+
+def bar_text(fraction: float | None, width: int) -> str:
+    """A horizontal bar `width` cells wide filled to `fraction` (0..1), in eighths of a cell."""
+    if width <= 0:
+        return ""
+    if fraction is None:
+        return "·" * width
+    eighths = int(round(max(0.0, min(1.0, fraction)) * width * 8))
+    full, part = divmod(eighths, 8)
+    text = "█" * full + (BAR_EIGHTHS[part] if part and full < width else "")
+    return text + " " * (width - len(text))
+
+
+def ratio(used: float | None, total: float | None) -> float | None:
+    """used / total, or None when either is unknown or the total is 0."""
+    if used is None or not total:
+        return None
+    return used / total
+
+
+def join_lines(lines: Sequence[Text]) -> Text:
+    """Lines of Rich text as one block, each line cut (not wrapped) at the widget's edge."""
+    joined = Text("\n").join(lines)
+    joined.no_wrap = True
+    joined.overflow = "ellipsis"
+    return joined

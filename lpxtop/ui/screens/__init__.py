@@ -1,0 +1,1 @@
+"""The app's screens: main (tables and panels), endpoint detail, help, and the signal confirmation."""

@@ -1,0 +1,153 @@
+"""The endpoint detail screen: charts over the window, the last errors, and the probe's settings."""
+
+from __future__ import annotations
+
+import json
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
+
+from lpxtop.model.snapshot import EndpointView, Snapshot
+from lpxtop.ui.formatting import fmt_ago, fmt_ms, fmt_pct, fmt_rate, truncate
+from lpxtop.ui.palette import Palette
+from lpxtop.ui.widgets.charts import PlotextChart, endpoint_charts
+from lpxtop.ui.widgets.endpoints_table import STATUS_SYMBOLS, error_pct, server_ttft_p50_ms, ttft_gap_ms
+
+CHART_IDS = ("chart-ttft", "chart-e2e", "chart-itl", "chart-tokens", "chart-queue", "chart-kv")
+WIDE = 150
+
+
+def render_summary(view: EndpointView | None, name: str, now: float, palette: Palette) -> Text:
+    """Two lines: identity and status, then counts and the headline numbers."""
+    if view is None:
+        return Text(f"{name}: this endpoint is no longer in the snapshot (removed or renamed). Esc goes back.",
+                    style=palette.warning)
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(f"{STATUS_SYMBOLS.get(view.status, '?')} {view.name} {view.status}", style=palette.status(view.status))
+    text.append(f"  {view.config.url}  ")
+    text.append(view.model or "model unknown", style="bold" if view.model else palette.muted)
+    text.append(f"  {view.server_kind}", style=palette.muted)
+    if view.config.discovered:
+        text.append("  (discovered)", style=palette.muted)
+    text.append("\n")
+    text.append(f"probes {view.probes_sent} sent, {view.probes_ok} ok, {view.probes_failed} failed", style=palette.muted)
+    text.append(f"  error {fmt_pct(error_pct(view))}")
+    if view.errors:
+        text.append("  (" + ", ".join(f"{k} {n}" for k, n in sorted(view.errors.items())) + ")", style=palette.critical)
+    p = view.ttft_ms
+    text.append(f"  TTFT p50 {fmt_ms(p.p50 if p else None)} p99 {fmt_ms(p.p99 if p else None)} ms")
+    server_p50 = server_ttft_p50_ms(view)
+    if server_p50 is not None:
+        gap = ttft_gap_ms(view)
+        text.append(f"  server TTFT p50 {fmt_ms(server_p50)}", style=palette.muted)
+        if gap is not None:
+            text.append(f"  outside engine {gap:+.0f} ms", style=palette.accent)
+    tps = view.output_tokens_per_s
+    text.append(f"  tok/s {fmt_rate(tps.p50 if tps else None)}{'~' if view.output_tokens_approx else ''}")
+    return text
+
+
+def settings_text(view: EndpointView) -> str:
+    """The probe's settings as EndpointConfig.to_json() gives them (never the API key), plus server status."""
+    lines = [f"{key:<22} {json.dumps(value)}" for key, value in view.config.to_json().items()]
+    if view.server is not None:
+        lines.append("")
+        lines.append(f"{'server metrics':<22} {view.server.status}")
+    return "\n".join(lines)
+
+
+class DetailScreen(Screen):
+    """One endpoint, by name; follows new snapshots while it is on top."""
+
+    BINDINGS = [
+        Binding("escape", "back", "back"),
+    ]
+
+    def __init__(self, endpoint_name: str) -> None:
+        super().__init__()
+        self.endpoint_name = endpoint_name
+        self._snap: Snapshot | None = None
+        self._errors_key: tuple | None = None
+        self._settings_key: object = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="detail-summary")
+        with TabbedContent(id="detail-tabs"):
+            with TabPane("Charts", id="tab-charts"), VerticalScroll(id="charts-scroll"), Grid(id="charts"):
+                for chart_id in CHART_IDS:
+                    yield PlotextChart(id=chart_id)
+            with TabPane("Errors", id="tab-errors"):
+                yield DataTable(id="errors-table", cursor_type="row")
+            with TabPane("Settings", id="tab-settings"):
+                yield Static("", id="settings", markup=False)
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        table = self.query_one("#errors-table", DataTable)
+        table.add_column("When", key="when", width=10)
+        table.add_column("Class", key="class", width=20)
+        table.add_column("HTTP", key="http", width=4)
+        table.add_column("Message", key="message")
+        self.set_class(self.size.width >= WIDE, "-wide")
+        snap = getattr(self.app, "snapshot", None)
+        if snap is not None:
+            self.show_snapshot(snap)
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.width >= WIDE, "-wide")
+
+    def on_screen_resume(self) -> None:
+        snap = getattr(self.app, "snapshot", None)
+        if snap is not None:
+            self.show_snapshot(snap)
+
+    def show_snapshot(self, snap: Snapshot) -> None:
+        """Render `snap` unless it is the one already shown."""
+        if self._snap is not None and (snap is self._snap or (snap.seq == self._snap.seq and snap.seq != 0)):
+            return
+        self._snap = snap
+        self.rerender()
+
+    def rerender(self, force: bool = False) -> None:
+        snap = self._snap
+        if snap is None:
+            return
+        palette = self.app.palette  # type: ignore[attr-defined]
+        view = next((v for v in snap.endpoints if v.name == self.endpoint_name), None)
+        self.query_one("#detail-summary", Static).update(render_summary(view, self.endpoint_name, snap.wall_time, palette))
+        if view is None:
+            return
+        for chart_id, spec in endpoint_charts(view, snap.wall_time).items():
+            chart = self.query_one(f"#{chart_id}", PlotextChart)
+            chart.set_spec(spec)
+            if force:
+                chart.redraw(force=True)
+        self._show_errors(view, snap.wall_time, palette, force)
+        if view.config != self._settings_key or force:
+            self._settings_key = view.config
+            self.query_one("#settings", Static).update(settings_text(view))
+
+    def _show_errors(self, view: EndpointView, now: float, palette: Palette, force: bool) -> None:
+        errors = view.recent_errors
+        key = (errors, now, id(palette))
+        if key == self._errors_key and not force:
+            return
+        self._errors_key = key
+        table = self.query_one("#errors-table", DataTable)
+        table.clear()
+        for sample in reversed(errors):  # newest first
+            table.add_row(
+                fmt_ago(sample.wall_time, now),
+                Text(sample.error_kind or "?", style=palette.critical),
+                str(sample.http_status) if sample.http_status is not None else "--",
+                truncate(sample.error_message or "", 200),
+            )
+        if not errors:
+            table.add_row("", Text("no errors in the window", style=palette.muted), "", "")
+
+    def action_back(self) -> None:
+        self.app.pop_screen()

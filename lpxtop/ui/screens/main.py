@@ -1,0 +1,283 @@
+"""The main screen: header, alerts, endpoints table, and the GPU, host and ports panels."""
+
+from __future__ import annotations
+
+import signal as signal_module
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from lpxtop.model.snapshot import EndpointView, Snapshot
+from lpxtop.ui.screens.confirm import ConfirmSignalScreen
+from lpxtop.ui.widgets.alerts_bar import AlertsBar
+from lpxtop.ui.widgets.endpoint_strip import EndpointStrip
+from lpxtop.ui.widgets.endpoints_table import SORT_KEYS, EndpointsTable, filter_views, sort_views
+from lpxtop.ui.widgets.gpu_panel import GpuPanel
+from lpxtop.ui.widgets.header_bar import HeaderBar, render_header
+from lpxtop.ui.widgets.host_panel import HostPanel
+from lpxtop.ui.widgets.ports_panel import PortsPanel
+
+EMPTY_MESSAGE = (
+    "No endpoints to watch yet.\n"
+    "Add one:      lpxtop http://127.0.0.1:8000/v1\n"
+    "or a file:    lpxtop --config lpxtop.toml\n"
+    "Just looking? lpxtop demo  (simulated servers, no GPU needed)"
+)
+PANELS = {"1": "endpoints-panel", "2": "gpu-panel", "3": "host-panel", "4": "ports-panel"}
+LOWER_PANELS = ("gpu-panel", "host-panel", "ports-panel")
+WIDE = 150  # columns from which the lower panels get more room
+TALL = 36  # rows from which the alerts bar may show more lines
+
+
+class MainScreen(Screen):
+    """Renders each new snapshot; hidden panels are skipped, unchanged widgets left alone."""
+
+    BINDINGS = [
+        Binding("enter", "open_detail", "detail"),
+        Binding("s", "cycle_sort", "sort"),
+        Binding("slash", "filter", "filter", key_display="/"),
+        Binding("escape", "clear_filter", "clear filter", show=False),
+        Binding("1", "toggle_panel('1')", "endpoints", show=False),
+        Binding("2", "toggle_panel('2')", "GPU", show=False),
+        Binding("3", "toggle_panel('3')", "host", show=False),
+        Binding("4", "toggle_panel('4')", "ports", show=False),
+        Binding("T", "signal('TERM')", "SIGTERM", show=False),
+        Binding("K", "signal('KILL')", "SIGKILL", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sort_index = 0
+        self.filter_text = ""
+        self._snap: Snapshot | None = None
+        self._size_class: tuple[bool, bool] | None = None
+        self._mounted_once = False  # set once mounted: snapshots that arrive earlier are kept, drawn then
+
+    @property
+    def sort_key(self) -> str:
+        return SORT_KEYS[self.sort_index][0]
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(id="header")
+        yield AlertsBar(id="alerts")
+        with Vertical(id="endpoints-panel", classes="panel"):
+            yield EndpointsTable(id="endpoints")
+            yield Static(EMPTY_MESSAGE, id="empty-message", markup=False)
+            yield EndpointStrip(id="strip")
+        with Horizontal(id="lower"):
+            yield GpuPanel(id="gpu-panel", classes="panel")
+            with Vertical(id="side"):
+                yield HostPanel(id="host-panel", classes="panel")
+                yield PortsPanel(id="ports-panel", classes="panel")
+        yield Input(placeholder="filter endpoints (Enter keeps, Esc clears)", id="filter")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.query_one("#endpoints-panel").border_title = "Endpoints"
+        self.query_one("#gpu-panel").border_title = "GPU"
+        self.query_one("#host-panel").border_title = "Host"
+        self.query_one("#ports-panel").border_title = "Ports & processes"
+        self.query_one("#filter", Input).cursor_blink = not getattr(self.app, "ssh", False)
+        self.query_one("#endpoints", EndpointsTable).focus()
+        self._apply_size_classes()
+        self._mounted_once = True
+        snap = getattr(self.app, "snapshot", None)
+        if snap is not None:
+            self._snap = None
+            self.show_snapshot(snap)
+
+    def on_resize(self) -> None:
+        self._apply_size_classes()
+        self.call_after_refresh(self.rerender)  # children have their new sizes after this refresh
+
+    def on_screen_resume(self) -> None:
+        # Back from the detail screen or a dialog: catch up with what arrived meanwhile.
+        snap = getattr(self.app, "snapshot", None)
+        if snap is not None:
+            self.show_snapshot(snap)
+
+    def _apply_size_classes(self) -> None:
+        wide, tall = self.size.width >= WIDE, self.size.height >= TALL
+        if (wide, tall) == self._size_class:
+            return
+        self._size_class = (wide, tall)
+        self.set_class(wide, "-wide")
+        self.set_class(tall, "-tall")
+        self.query_one(AlertsBar).max_lines = 4 if tall else 2
+
+    # Rendering
+
+    def show_snapshot(self, snap: Snapshot) -> None:
+        """Render `snap` unless it is the one already shown."""
+        if self._snap is not None and snap is self._snap:
+            return
+        if self._snap is not None and snap.seq == self._snap.seq and snap.seq != 0:
+            return
+        self._snap = snap
+        if self._mounted_once:
+            self._draw(force=False)
+
+    def rerender(self, force: bool = False) -> None:
+        """Render the current snapshot again (after a key changed the view, a resize or a theme change)."""
+        if self._snap is not None and self._mounted_once:
+            self._draw(force=force)
+
+    def visible_views(self) -> list[EndpointView]:
+        """Endpoints after the filter and the sort, in display order."""
+        if self._snap is None:
+            return []
+        return sort_views(filter_views(self._snap.endpoints, self.filter_text), self.sort_key)
+
+    def _draw(self, force: bool) -> None:
+        snap = self._snap
+        assert snap is not None
+        app = self.app
+        palette = app.palette  # type: ignore[attr-defined]
+        thresholds = app.thresholds  # type: ignore[attr-defined]
+        self.query_one(HeaderBar).show(
+            render_header(
+                snap,
+                paused=app.paused,  # type: ignore[attr-defined]
+                interval_s=app.interval_s,  # type: ignore[attr-defined]
+                demo=app.is_demo,  # type: ignore[attr-defined]
+                readonly=app.readonly,  # type: ignore[attr-defined]
+                palette=palette,
+            )
+        )
+        self.query_one(AlertsBar).show(snap.alerts, palette, force=force)
+        panel = self.query_one("#endpoints-panel")
+        if panel.display:
+            self._render_endpoints(snap, palette, thresholds, force)
+        gpu = self.query_one(GpuPanel)
+        if gpu.display:
+            gpu.show(snap.gpu, thresholds, palette, force=force)
+        host = self.query_one(HostPanel)
+        if host.display:
+            host.show(snap.host, thresholds, palette, force=force)
+        ports = self.query_one(PortsPanel)
+        if ports.display:
+            ports.show(snap.ports, snap.leftovers, palette, force=force)
+
+    def _render_endpoints(self, snap: Snapshot, palette, thresholds, force: bool) -> None:
+        table = self.query_one(EndpointsTable)
+        views = self.visible_views()
+        message = self.query_one("#empty-message", Static)
+        if not snap.endpoints:
+            message.update(EMPTY_MESSAGE)
+        elif not views:
+            message.update(f"No endpoint matches the filter {self.filter_text!r}: Esc clears it.")
+        message.display = not views
+        table.display = bool(views)
+        table.show(views, thresholds, palette, force=force)
+        strip = self.query_one(EndpointStrip)
+        strip.display = bool(views)
+        selected = table.selected_name
+        view = next((v for v in views if v.name == selected), views[0] if views else None)
+        strip.show(view, snap.wall_time, palette, force=force)
+        panel = self.query_one("#endpoints-panel")
+        title = f"Endpoints {len(views)}/{len(snap.endpoints)} · sort: {SORT_KEYS[self.sort_index][1]}"
+        if self.filter_text:
+            title += f" · filter: {self.filter_text}"
+        panel.border_title = title
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "endpoints" and self._snap is not None:
+            table = self.query_one(EndpointsTable)
+            selected = table.selected_name
+            view = next((v for v in self._snap.endpoints if v.name == selected), None)
+            self.query_one(EndpointStrip).show(view, self._snap.wall_time, self.app.palette)  # type: ignore[attr-defined]
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "endpoints":
+            event.stop()
+            self.action_open_detail()
+
+    # Actions
+
+    def action_open_detail(self) -> None:
+        from lpxtop.ui.screens.detail import DetailScreen
+
+        name = self.query_one(EndpointsTable).selected_name
+        if name is None:
+            self.notify("No endpoint selected.", severity="warning")
+            return
+        self.app.push_screen(DetailScreen(name))
+
+    def action_cycle_sort(self) -> None:
+        self.sort_index = (self.sort_index + 1) % len(SORT_KEYS)
+        self.rerender()
+
+    def action_filter(self) -> None:
+        field = self.query_one("#filter", Input)
+        field.display = True
+        field.focus()
+
+    def action_clear_filter(self) -> None:
+        field = self.query_one("#filter", Input)
+        if not field.display and not self.filter_text:
+            return
+        field.value = ""
+        field.display = False
+        self.filter_text = ""
+        self.query_one(EndpointsTable).focus()
+        self.rerender()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            self.filter_text = event.value
+            self.rerender()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            event.input.display = bool(event.value)
+            self.query_one(EndpointsTable).focus()
+
+    def action_toggle_panel(self, number: str) -> None:
+        widget = self.query_one(f"#{PANELS[number]}")
+        widget.display = not widget.display
+        side = self.query_one("#side")
+        side.display = self.query_one("#host-panel").display or self.query_one("#ports-panel").display
+        lower = self.query_one("#lower")
+        lower.display = any(self.query_one(f"#{p}").display for p in LOWER_PANELS)
+        self.set_class(not lower.display, "-lower-hidden")
+        self.set_class(not self.query_one("#endpoints-panel").display, "-endpoints-hidden")
+        self.call_after_refresh(self.rerender)
+
+    def action_signal(self, name: str) -> None:
+        """T / K: confirm, then signal the process selected in the ports panel."""
+        sig = signal_module.SIGTERM if name == "TERM" else signal_module.SIGKILL
+        ports = self.query_one(PortsPanel)
+        row = ports.selected if ports.display else None
+        if row is None or row.pid is None:
+            self.notify(
+                "Select a process with a PID in the ports panel first (4 shows the panel, Tab moves to it).",
+                title=f"SIG{name}",
+                severity="warning",
+            )
+            return
+        app = self.app
+        if app.readonly:  # type: ignore[attr-defined]
+            self.notify(f"Refused: read-only mode (--readonly): process actions are disabled (PID {row.pid}).",
+                        title=f"SIG{name}", severity="error")
+            return
+        try:
+            from lpxtop.engine import actions
+        except ImportError as exc:  # the actions module ships with the engine; degrade, never crash
+            self.notify(f"Refused: process actions are unavailable ({exc}).", severity="error")
+            return
+        confirmation = actions.confirmation(row.pid, sig)
+        body = confirmation.text
+        if row.user and not confirmation.user:
+            body += f"\n(listed as user {row.user})"
+
+        def done(confirmed: bool | None) -> None:
+            if not confirmed:
+                return
+            result = actions.send_signal(row.pid, sig, readonly=app.readonly,  # type: ignore[attr-defined]
+                                         started_at=confirmation.started_at)
+            self.notify(result.message, title=f"SIG{name}", severity="information" if result.ok else "error")
+
+        app.push_screen(ConfirmSignalScreen(f"SIG{name} PID {row.pid}", body, confirmation.refusal), done)

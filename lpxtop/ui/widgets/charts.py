@@ -1,0 +1,242 @@
+"""plotext charts rendered into a Static, sized to the widget.
+
+plotext keeps one global figure; every build starts and ends with `figure.clear()` so no setting or
+series leaks from one chart into the next (or into anything else that uses plotext). The built matrix
+is turned into Rich text with `Text.from_ansi`. Charts are pure data (`ChartSpec`), so a widget
+redraws only when its spec, its size or the theme changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import plotext
+from rich.text import Text
+from textual.widgets import Static
+
+from lpxtop.model.snapshot import EndpointView
+from lpxtop.ui.formatting import fmt_ms, fmt_rate
+
+RGB = tuple[int, int, int]
+MIN_WIDTH, MIN_HEIGHT = 20, 5
+
+
+@dataclass(frozen=True)
+class Series:
+    """A line over (x, y) points; `color` indexes the palette's chart colours."""
+
+    label: str
+    xs: tuple[float, ...]
+    ys: tuple[float, ...]
+    color: int = 0
+
+
+@dataclass(frozen=True)
+class Level:
+    """A horizontal reference line (a percentile) across the chart."""
+
+    label: str
+    y: float
+    color: int = 3
+
+
+@dataclass(frozen=True)
+class ChartSpec:
+    """Everything a chart shows. `histogram` draws `hist_values` in `bins` buckets instead of lines."""
+
+    title: str
+    series: tuple[Series, ...] = ()
+    levels: tuple[Level, ...] = ()
+    histogram: bool = False
+    hist_values: tuple[float, ...] = ()
+    bins: int = 20
+    y_min: float | None = None
+    y_max: float | None = None
+    x_label: str = ""
+    empty_message: str = "no data yet"
+
+    @property
+    def empty(self) -> bool:
+        if self.histogram:
+            return not self.hist_values
+        return not any(s.ys for s in self.series)
+
+
+def build_chart(spec: ChartSpec, width: int, height: int, colors: tuple[RGB, ...]) -> str:
+    """The chart as ANSI text, exactly `width` × `height` cells."""
+    fig = plotext.figure
+    fig.clear()
+    try:
+        fig.plot_size(width, height)
+        fig.theme("simple")
+        fig.legend(active=False)  # the widget's title line names the series in their colours
+        if spec.histogram:
+            marker = plotext.marker("full", plotext.pixel(foreground=colors[0]))
+            fig.draw(fig.hist(list(spec.hist_values), bins=spec.bins, marker=marker))
+        else:
+            x_low = min((min(s.xs) for s in spec.series if s.xs), default=0.0)
+            x_high = max((max(s.xs) for s in spec.series if s.xs), default=1.0)
+            for s in spec.series:
+                if not s.xs:
+                    continue
+                marker = plotext.marker("hd", plotext.pixel(foreground=colors[s.color % len(colors)]))
+                sig = fig.signal(list(s.xs), list(s.ys), marker=marker)
+                sig.lines()
+                fig.draw(sig)
+            for lvl in spec.levels:
+                # A two-point signal, not fig.line(): plotext's line() paints a background colour.
+                marker = plotext.marker("hd", plotext.pixel(foreground=colors[lvl.color % len(colors)]))
+                sig = fig.signal([x_low, x_high], [lvl.y, lvl.y], marker=marker)
+                sig.lines()
+                fig.draw(sig)
+            if spec.y_min is not None or spec.y_max is not None:
+                fig.ruler("y").lim(spec.y_min, spec.y_max)
+        if spec.x_label:
+            fig.label(spec.x_label)
+        return fig.build().string()
+    finally:
+        fig.clear()
+
+
+def _hex(rgb: RGB) -> str:
+    return "#{:02x}{:02x}{:02x}".format(*rgb)
+
+
+class PlotextChart(Static):
+    """A chart: a title line naming the series in their colours, then the plot filling the rest."""
+
+    DEFAULT_CSS = """
+    PlotextChart { height: 1fr; min-height: 8; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("", **kwargs)
+        self.spec: ChartSpec | None = None
+        self._key: tuple | None = None
+
+    def set_spec(self, spec: ChartSpec) -> None:
+        """Show `spec`; nothing is drawn if it equals what is shown."""
+        self.spec = spec
+        self.redraw()
+
+    def on_resize(self) -> None:
+        self.redraw()
+
+    def redraw(self, *, force: bool = False) -> None:
+        spec = self.spec
+        palette = getattr(self.app, "palette", None)
+        width, height = self.content_size.width, self.content_size.height
+        if spec is None or palette is None or width <= 0 or height <= 0:
+            return
+        key = (spec, width, height, id(palette))
+        if key == self._key and not force:
+            return
+        self._key = key
+        colors = palette.chart
+        title = Text(no_wrap=True, overflow="ellipsis")
+        title.append(spec.title, style="bold")
+        for s in spec.series:
+            title.append("  ━ ", style=_hex(colors[s.color % len(colors)]))
+            title.append(s.label)
+        for lvl in spec.levels:
+            title.append("  ━ ", style=_hex(colors[lvl.color % len(colors)]))
+            title.append(lvl.label)
+        if spec.empty or width < MIN_WIDTH or height - 1 < MIN_HEIGHT:
+            message = spec.empty_message if spec.empty else "(too small to draw: enlarge the terminal)"
+            self.update(Text("\n").join([title, Text(message, style=palette.muted)]), layout=False)
+            return
+        plot = Text.from_ansi(build_chart(spec, width, height - 1, colors), no_wrap=True)
+        self.update(Text("\n").join([title, plot]), layout=False)
+
+
+def _rel_times(times: list[float], now: float) -> tuple[float, ...]:
+    return tuple(round(t - now, 3) for t in times)
+
+
+def ttft_chart(view: EndpointView, now: float) -> ChartSpec:
+    ok = [s for s in view.samples if s.ok and s.ttft_ms is not None]
+    levels = ()
+    if view.ttft_ms is not None:
+        levels = (Level(f"p50 {fmt_ms(view.ttft_ms.p50)}", view.ttft_ms.p50, 2),
+                  Level(f"p99 {fmt_ms(view.ttft_ms.p99)}", view.ttft_ms.p99, 4))
+    return ChartSpec(
+        title="TTFT ms",
+        series=(Series("per probe", _rel_times([s.wall_time for s in ok], now), tuple(s.ttft_ms for s in ok), 0),),
+        levels=levels,
+        x_label="seconds before now",
+    )
+
+
+def e2e_chart(view: EndpointView, now: float) -> ChartSpec:
+    ok = [s for s in view.samples if s.ok and s.e2e_ms is not None]
+    levels = ()
+    if view.e2e_ms is not None:
+        levels = (Level(f"p50 {fmt_ms(view.e2e_ms.p50)}", view.e2e_ms.p50, 2),
+                  Level(f"p99 {fmt_ms(view.e2e_ms.p99)}", view.e2e_ms.p99, 4))
+    return ChartSpec(
+        title="E2E ms",
+        series=(Series("per probe", _rel_times([s.wall_time for s in ok], now), tuple(s.e2e_ms for s in ok), 1),),
+        levels=levels,
+        x_label="seconds before now",
+    )
+
+
+def itl_chart(view: EndpointView) -> ChartSpec:
+    gaps = tuple(g for s in view.samples if s.ok for g in s.itl_ms)
+    title = "ITL distribution (ms, probes pooled)"
+    if view.itl_ms is not None:
+        title += f"  p50 {fmt_ms(view.itl_ms.p50)}  p99 {fmt_ms(view.itl_ms.p99)}"
+    return ChartSpec(title=title, histogram=True, hist_values=gaps, bins=20, empty_message="no inter-token gaps yet")
+
+
+def tokens_chart(view: EndpointView, now: float) -> ChartSpec:
+    pts = [(s.wall_time, s.decode_tokens_per_s) for s in view.samples if s.decode_tokens_per_s is not None]
+    title = "decode tokens/s per probe"
+    if view.output_tokens_per_s is not None:
+        title += f"  (table p50 {fmt_rate(view.output_tokens_per_s.p50)})"
+    return ChartSpec(
+        title=title,
+        series=(Series("tokens/s", _rel_times([t for t, _ in pts], now), tuple(v for _, v in pts), 2),),
+        y_min=0.0,
+        x_label="seconds before now",
+    )
+
+
+def queue_chart(view: EndpointView, now: float) -> ChartSpec:
+    hist = view.server_history
+    waiting = [(p.wall_time, p.requests_waiting) for p in hist if p.requests_waiting is not None]
+    running = [(p.wall_time, p.requests_running) for p in hist if p.requests_running is not None]
+    return ChartSpec(
+        title="server queue",
+        series=(
+            Series("waiting", _rel_times([t for t, _ in waiting], now), tuple(v for _, v in waiting), 3),
+            Series("running", _rel_times([t for t, _ in running], now), tuple(v for _, v in running), 0),
+        ),
+        y_min=0.0,
+        x_label="seconds before now",
+        empty_message="the server exposes no queue metrics",
+    )
+
+
+def kv_chart(view: EndpointView, now: float) -> ChartSpec:
+    pts = [(p.wall_time, p.kv_cache_usage * 100.0) for p in view.server_history if p.kv_cache_usage is not None]
+    return ChartSpec(
+        title="KV cache used %",
+        series=(Series("KV %", _rel_times([t for t, _ in pts], now), tuple(v for _, v in pts), 1),),
+        y_min=0.0,
+        y_max=100.0,
+        x_label="seconds before now",
+        empty_message="the server exposes no KV-cache metric",
+    )
+
+
+def endpoint_charts(view: EndpointView, now: float) -> dict[str, ChartSpec]:
+    """Every detail-screen chart for one endpoint, by widget id."""
+    return {
+        "chart-ttft": ttft_chart(view, now),
+        "chart-e2e": e2e_chart(view, now),
+        "chart-itl": itl_chart(view),
+        "chart-tokens": tokens_chart(view, now),
+        "chart-queue": queue_chart(view, now),
+        "chart-kv": kv_chart(view, now),
+    }

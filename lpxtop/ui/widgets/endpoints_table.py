@@ -1,0 +1,269 @@
+"""The endpoints table: one row per endpoint keyed by its name; only the cells that changed are updated."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.widgets import DataTable
+
+from lpxtop.model.snapshot import EndpointView
+from lpxtop.ui.formatting import (
+    UNKNOWN,
+    fmt_count,
+    fmt_ms,
+    fmt_pct,
+    fmt_rate,
+    fmt_signed_ms,
+    level,
+    spark_text,
+    truncate,
+)
+from lpxtop.ui.palette import Palette
+
+STATUS_SYMBOLS = {"up": "●", "degraded": "◐", "down": "✖", "pending": "…"}
+DISCOVERED_MARK = "◇"  # endpoints found by discovery rather than named by the user
+# Sorting puts problems first: the worst status, the slowest, the most errors, the longest queue.
+STATUS_RANK = {"down": 0, "degraded": 1, "pending": 2, "up": 3}
+
+
+def server_ttft_p50_ms(view: EndpointView) -> float | None:
+    """The server's own TTFT p50 (from its histogram), when its metrics have one."""
+    latency = getattr(view.server, "server_ttft_ms", None) if view.server is not None else None
+    return getattr(latency, "p50", None)
+
+
+def ttft_gap_ms(view: EndpointView) -> float | None:
+    """Time outside the engine: client TTFT p50 minus the server's own TTFT p50 (network, proxy, queueing)."""
+    server_p50 = server_ttft_p50_ms(view)
+    if view.ttft_ms is None or server_p50 is None:
+        return None
+    return view.ttft_ms.p50 - server_p50
+
+
+def error_pct(view: EndpointView) -> float | None:
+    rate = view.error_rate
+    return None if rate is None else rate * 100.0
+
+
+def _server_value(view: EndpointView, name: str) -> float | None:
+    return getattr(view.server, name, None) if view.server is not None else None
+
+
+def ttft_trend(view: EndpointView) -> list[float | None]:
+    """TTFT per probe in the window, None for failed probes (a gap in the sparkline)."""
+    return [s.ttft_ms if s.ok else None for s in view.samples]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """What a cell shows: text and a level for its colour ("ok", "warning", "critical", "unknown")."""
+
+    text: str
+    level: str = "ok"
+    right: bool = True
+
+
+Thresholds = Mapping[str, tuple[float, float]]
+
+
+def _p(value: object, attr: str) -> float | None:
+    return getattr(value, attr, None) if value is not None else None
+
+
+def _status(v: EndpointView, t: Thresholds) -> Cell:
+    return Cell(STATUS_SYMBOLS.get(v.status, "?"), {"up": "ok", "degraded": "warning", "down": "critical"}.get(v.status, "unknown"), False)
+
+
+def _name(v: EndpointView, t: Thresholds) -> Cell:
+    prefix = DISCOVERED_MARK + " " if v.config.discovered else ""
+    return Cell(prefix + v.name, "ok", False)
+
+
+def _queue(v: EndpointView, t: Thresholds) -> Cell:
+    waiting, running = _server_value(v, "requests_waiting"), _server_value(v, "requests_running")
+    if waiting is None and running is None:
+        return Cell(UNKNOWN, "unknown")
+    return Cell(f"{fmt_count(waiting)}/{fmt_count(running)}", level(waiting, "queue_waiting", t))
+
+
+def _kv(v: EndpointView, t: Thresholds) -> Cell:
+    kv = _server_value(v, "kv_cache_usage")
+    return Cell(fmt_pct(kv, fraction=True), level(kv, "kv_cache", t))
+
+
+def _ms_cell(value: float | None, key: str, t: Thresholds) -> Cell:
+    return Cell(fmt_ms(value), level(value, key, t) if key else ("unknown" if value is None else "ok"))
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: `priority` 1 is always shown, higher ones only when the terminal is wide enough."""
+
+    key: str
+    label: str
+    width: int
+    priority: int
+    cell: Callable[[EndpointView, Thresholds], Cell]
+    flexible: bool = False  # takes the width left over
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("status", "", 1, 1, _status),
+    Column("name", "Endpoint", 18, 1, _name),
+    Column("model", "Model", 20, 7, lambda v, t: Cell(v.model or UNKNOWN, "ok" if v.model else "unknown", False)),
+    Column("kind", "Server", 8, 5, lambda v, t: Cell(v.server_kind, "ok", False)),
+    Column("ttft50", "TTFT50", 6, 1, lambda v, t: _ms_cell(_p(v.ttft_ms, "p50"), "ttft_p50_ms", t)),
+    Column("ttft99", "TTFT99", 6, 1, lambda v, t: _ms_cell(_p(v.ttft_ms, "p99"), "ttft_p99_ms", t)),
+    Column("gap", "Gap", 6, 6, lambda v, t: Cell(fmt_signed_ms(ttft_gap_ms(v)), "ok" if ttft_gap_ms(v) is not None else "unknown")),
+    Column("itl", "ITL50", 5, 4, lambda v, t: _ms_cell(_p(v.itl_ms, "p50"), "itl_p50_ms", t)),
+    Column("tpot", "TPOT50", 6, 8, lambda v, t: _ms_cell(_p(v.tpot_ms, "p50"), "tpot_p50_ms", t)),
+    Column("tps", "tok/s", 5, 1, lambda v, t: Cell(fmt_rate(_p(v.output_tokens_per_s, "p50")), "ok" if v.output_tokens_per_s else "unknown")),
+    Column("e2e", "E2E99", 6, 3, lambda v, t: _ms_cell(_p(v.e2e_ms, "p99"), "e2e_p99_ms", t)),
+    Column("err", "Err%", 4, 1, lambda v, t: Cell(fmt_pct(error_pct(v)), level(error_pct(v), "error_pct", t))),
+    Column("queue", "Q w/r", 7, 2, _queue),
+    Column("kv", "KV", 4, 2, _kv),
+    Column("trend", "TTFT trend", 12, 5, lambda v, t: Cell(spark_text(ttft_trend(v), 12), "ok", False)),
+    Column("last_error", "Last error", 16, 6, lambda v, t: Cell(v.last_error or "", "critical" if v.last_error else "ok", False), True),
+)
+COLUMN_PADDING = 2  # DataTable's cell_padding=1 on both sides
+
+
+def columns_for_width(width: int) -> tuple[Column, ...]:
+    """The columns that fit in `width` cells, most important first, kept in display order."""
+    chosen: set[str] = set()
+    used = 0
+    for priority in sorted({c.priority for c in COLUMNS}):
+        group = [c for c in COLUMNS if c.priority == priority]
+        need = sum(c.width + COLUMN_PADDING for c in group)
+        if priority > 1 and used + need > width:
+            break
+        chosen.update(c.key for c in group)
+        used += need
+    return tuple(c for c in COLUMNS if c.key in chosen)
+
+
+SORT_KEYS: tuple[tuple[str, str], ...] = (
+    ("name", "name"),
+    ("status", "status"),
+    ("ttft", "TTFT p99"),
+    ("errors", "error %"),
+    ("queue", "queue"),
+    ("tps", "tok/s"),
+)
+
+
+def sort_views(views: Sequence[EndpointView], key: str) -> list[EndpointView]:
+    """Order rows by a SORT_KEYS key; unknown values go last, ties by name."""
+    big = float("inf")
+
+    def keyfunc(v: EndpointView) -> tuple:
+        if key == "status":
+            return (STATUS_RANK.get(v.status, 9), v.name)
+        if key == "ttft":
+            p99 = _p(v.ttft_ms, "p99")
+            return (-(p99 if p99 is not None else -big), v.name)
+        if key == "errors":
+            e = error_pct(v)
+            return (-(e if e is not None else -big), v.name)
+        if key == "queue":
+            w = _server_value(v, "requests_waiting")
+            return (-(w if w is not None else -big), v.name)
+        if key == "tps":
+            p50 = _p(v.output_tokens_per_s, "p50")
+            return (p50 if p50 is not None else big, v.name)
+        return (v.name,)
+
+    return sorted(views, key=keyfunc)
+
+
+def filter_views(views: Sequence[EndpointView], text: str) -> list[EndpointView]:
+    """Endpoints whose name, model, URL or server kind contains `text` (case-insensitive)."""
+    needle = text.strip().lower()
+    if not needle:
+        return list(views)
+    return [
+        v
+        for v in views
+        if any(needle in (s or "").lower() for s in (v.name, v.model, v.config.url, v.server_kind))
+    ]
+
+
+class EndpointsTable(DataTable):
+    """Endpoints, one row each. `show()` touches only the cells whose text or colour changed."""
+
+    BINDINGS = [Binding("enter", "select_cursor", "detail", key_display="⏎")]
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
+        self._columns: tuple[Column, ...] = ()
+        self._order: list[str] = []
+        self._cells: dict[str, dict[str, Cell]] = {}
+        self._palette_id: int | None = None
+
+    @property
+    def selected_name(self) -> str | None:
+        """The endpoint under the cursor, if any."""
+        if not self._order or self.cursor_row < 0 or self.cursor_row >= len(self._order):
+            return None
+        return self._order[self.cursor_row]
+
+    @property
+    def row_names(self) -> list[str]:
+        """Endpoint names in display order (after filter and sort)."""
+        return list(self._order)
+
+    def _cell_text(self, column: Column, cell: Cell, palette: Palette, width: int) -> Text:
+        text = truncate(cell.text, width) if cell.text else ""
+        style = palette.for_level(cell.level)
+        return Text(text, style=style, justify="right" if cell.right else "left", no_wrap=True, overflow="ellipsis")
+
+    def show(self, views: Sequence[EndpointView], thresholds: Thresholds, palette: Palette, *, force: bool = False) -> None:
+        """Display `views` (already filtered and sorted)."""
+        seen: set[str] = set()
+        # Rows are keyed by name: a duplicate name (a config mistake) would crash DataTable; show the first.
+        views = [v for v in views if not (v.name in seen or seen.add(v.name))]
+        width = max(0, self.size.width or self.app.size.width) - 2  # room for a scrollbar
+        columns = columns_for_width(width)
+        # The width left over goes to the last error, or to the name when the error is not shown.
+        flexible = [c for c in columns if c.flexible] or [c for c in columns if c.key == "name"]
+        fixed = sum(c.width + COLUMN_PADDING for c in columns)
+        extra = max(0, width - fixed)
+        flex_width = {c.key: c.width + (extra if c.flexible else min(extra, 14)) for c in flexible}
+        names = [v.name for v in views]
+        rebuild_columns = tuple(c.key for c in columns) != tuple(c.key for c in self._columns) or force
+        if not rebuild_columns and flexible and self.columns:
+            col = self.columns.get(flexible[0].key)  # type: ignore[call-overload]
+            rebuild_columns = col is not None and col.width != flex_width[flexible[0].key]
+        new_cells = {v.name: {c.key: c.cell(v, thresholds) for c in columns} for v in views}
+        palette_changed = id(palette) != self._palette_id
+        self._palette_id = id(palette)
+        selected = self.selected_name
+        with self.app.batch_update():
+            if rebuild_columns or names != self._order or palette_changed:
+                self.clear(columns=rebuild_columns)
+                if rebuild_columns:
+                    for c in columns:
+                        self.add_column(c.label, width=flex_width.get(c.key, c.width), key=c.key)
+                    self._columns = columns
+                for name in names:
+                    row = new_cells[name]
+                    self.add_row(
+                        *(self._cell_text(c, row[c.key], palette, flex_width.get(c.key, c.width)) for c in columns),
+                        key=name,
+                    )
+                self._order = names
+                if selected in names:
+                    self.move_cursor(row=names.index(selected), animate=False)
+            else:
+                for name in names:
+                    old = self._cells.get(name, {})
+                    for c in columns:
+                        cell = new_cells[name][c.key]
+                        if old.get(c.key) != cell:
+                            self.update_cell(
+                                name, c.key, self._cell_text(c, cell, palette, flex_width.get(c.key, c.width))
+                            )
+        self._cells = new_cells

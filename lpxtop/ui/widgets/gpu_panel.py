@@ -1,0 +1,104 @@
+"""The GPU panel: per device utilisation, memory bar, temperature, power, and the processes on it.
+
+Fields beyond the first model (power limit, MIG, lost, notes, process users) are read with getattr so
+the panel keeps working while the GPU model grows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rich.text import Text
+from textual.widgets import Static
+
+from lpxtop.model.gpu import GpuDevice, GpuSnapshot
+from lpxtop.ui.formatting import UNKNOWN, bar_text, fmt_bytes, fmt_pct, join_lines, level, ratio, truncate
+from lpxtop.ui.palette import Palette
+
+MAX_PROCESSES = 4  # per device; the rest are summed in one line
+
+
+def _device_lines(dev: GpuDevice, width: int, thresholds: Mapping[str, tuple[float, float]], palette: Palette,
+                  indent: str = "") -> list[Text]:
+    lines: list[Text] = []
+    head = Text(no_wrap=True, overflow="ellipsis")
+    label = getattr(dev, "label", f"GPU {dev.index}")
+    util = fmt_pct(dev.util_pct)
+    temp = f"{dev.temp_c:.0f}°C" if dev.temp_c is not None else UNKNOWN
+    limit = getattr(dev, "power_limit_w", None)
+    power = UNKNOWN if dev.power_w is None else (f"{dev.power_w:.0f}/{limit:.0f}W" if limit else f"{dev.power_w:.0f}W")
+    right = f" {util:>4} {temp:>5} {power:>9}"
+    head.append(indent + label + " ", style="bold")
+    head.append(truncate(dev.name, max(4, width - len(indent) - len(label) - 1 - len(right))))
+    pad = width - head.cell_len - len(right)
+    if pad > 0:
+        head.append(" " * pad)
+    head.append(f" {util:>4}", style=palette.muted if dev.util_pct is None else "")
+    head.append(f" {temp:>5}", style=palette.for_level(level(dev.temp_c, "gpu_temp_c", thresholds)))
+    head.append(f" {power:>9}", style=palette.muted if dev.power_w is None else "")
+    lines.append(head)
+    if getattr(dev, "lost", False):
+        lines.append(Text(indent + "  GPU lost (fell off the bus): it needs a reset or a reboot", style=palette.critical))
+        return lines
+    frac = ratio(dev.mem_used_bytes, dev.mem_total_bytes)
+    mem = Text(no_wrap=True, overflow="ellipsis")
+    amount = f" {fmt_bytes(dev.mem_used_bytes)}/{fmt_bytes(dev.mem_total_bytes)} {fmt_pct(frac, fraction=True):>4}"
+    bar_width = max(4, width - len(indent) - 6 - len(amount))
+    mem.append(indent + "  mem ", style=palette.muted)
+    mem.append(bar_text(frac, bar_width), style=palette.for_level(level(frac, "gpu_mem", thresholds)))
+    mem.append(amount)
+    lines.append(mem)
+    procs = sorted(dev.processes, key=lambda p: -(p.used_bytes or 0))
+    for proc in procs[:MAX_PROCESSES]:
+        line = Text(no_wrap=True, overflow="ellipsis")
+        user = getattr(proc, "user", None)
+        endpoint = getattr(proc, "endpoint", None)
+        line.append(f"{indent}  {proc.pid:>7} ", style=palette.muted)
+        line.append(f"{fmt_bytes(proc.used_bytes):>6} ")
+        who = " ".join(x for x in (user, proc.name or "?") if x)
+        line.append(who)
+        if endpoint:
+            line.append(f" → {endpoint}", style=palette.accent)
+        lines.append(line)
+    if len(procs) > MAX_PROCESSES:
+        rest = sum(p.used_bytes or 0 for p in procs[MAX_PROCESSES:])
+        lines.append(Text(f"{indent}  +{len(procs) - MAX_PROCESSES} more processes ({fmt_bytes(rest)})", style=palette.muted))
+    for note in getattr(dev, "notes", ()):
+        lines.append(Text(indent + "  " + note, style=palette.muted, no_wrap=True, overflow="ellipsis"))
+    for mig in getattr(dev, "mig_devices", ()):
+        lines.extend(_device_lines(mig, width, thresholds, palette, indent + "  "))
+    return lines
+
+
+def render_gpu(gpu: GpuSnapshot, width: int, thresholds: Mapping[str, tuple[float, float]], palette: Palette) -> Text:
+    """The panel's text for a content area `width` cells wide."""
+    if gpu.status != "ok" and not gpu.devices:
+        return Text(f"GPU: {gpu.status}", style=palette.muted, no_wrap=True, overflow="ellipsis")
+    lines: list[Text] = []
+    if gpu.simulated:
+        lines.append(Text("Simulated GPU (demo)", style=palette.warning))
+    if gpu.status != "ok":
+        lines.append(Text(gpu.status, style=palette.warning, no_wrap=True, overflow="ellipsis"))
+    for dev in gpu.devices:
+        lines.extend(_device_lines(dev, width, thresholds, palette))
+    if not gpu.devices:
+        lines.append(Text("no GPU found", style=palette.muted))
+    return join_lines(lines)
+
+
+class GpuPanel(Static):
+    """Renders `snapshot.gpu`; redraws only when the GPU data, the width or the theme changed."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("", **kwargs)
+        self._key: tuple | None = None
+
+    def show(self, gpu: GpuSnapshot, thresholds: Mapping[str, tuple[float, float]], palette: Palette,
+             *, force: bool = False) -> None:
+        width = self.content_size.width or 40
+        key = (gpu, width, id(palette))
+        if key == self._key and not force:
+            return
+        self._key = key
+        self.border_subtitle = "Simulated GPU (demo)" if gpu.simulated else (getattr(gpu, "driver_version", None) or "")
+        self.update(render_gpu(gpu, width, thresholds, palette), layout=False)  # the panel's size is set by CSS

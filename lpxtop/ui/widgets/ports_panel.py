@@ -1,0 +1,140 @@
+"""Ports and processes: who holds each endpoint's port, and leftover server processes.
+
+Rows are selectable; the selected row's PID is what `T` (SIGTERM) and `K` (SIGKILL) act on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+from lpxtop.model.ports import LeftoverProcess, PortStatus
+from lpxtop.ui.formatting import UNKNOWN, truncate
+from lpxtop.ui.palette import Palette
+
+STATE_LEVEL = {"ok": "ok", "down": "critical", "conflict": "critical", "leftover": "warning"}
+
+
+@dataclass(frozen=True)
+class ProcessRow:
+    """One row: a port's listener or a leftover process."""
+
+    key: str
+    port: str
+    state: str
+    pid: int | None
+    user: str | None
+    command: str
+    detail: str
+
+
+def rows_from(ports: Sequence[PortStatus], leftovers: Sequence[LeftoverProcess]) -> list[ProcessRow]:
+    """Ports first (in the engine's order), then leftovers."""
+    rows = [
+        ProcessRow(
+            key=f"port:{p.port}",
+            port=str(p.port),
+            state=p.status,
+            pid=p.pid,
+            user=getattr(p, "user", None),
+            command=p.cmdline or p.process or (p.endpoint or ""),
+            detail=p.detail,
+        )
+        for p in ports
+    ]
+    rows.extend(
+        ProcessRow(
+            key=f"pid:{lp.pid}",
+            port="-",
+            state="zombie" if getattr(lp, "zombie", False) else "leftover",
+            pid=lp.pid,
+            user=lp.user,
+            command=lp.cmdline or lp.name,
+            detail=lp.reason,
+        )
+        for lp in leftovers
+    )
+    return rows
+
+
+COLUMNS = (("port", "Port", 5), ("state", "State", 8), ("pid", "PID", 7), ("command", "Command", 0))
+SHORT_STATES = {"model_mismatch": "model≠", "unknown_owner": "unknown", "restarted": "restart"}
+
+
+class PortsPanel(Vertical):
+    """A table of ports and leftovers, and the selected row's full explanation under it."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._rows: list[ProcessRow] = []
+        self._key: tuple | None = None
+
+    def compose(self) -> ComposeResult:
+        table = DataTable(cursor_type="row", id="ports-table")
+        yield table
+        yield Static("", id="ports-detail")
+
+    @property
+    def table(self) -> DataTable:
+        return self.query_one("#ports-table", DataTable)
+
+    @property
+    def selected(self) -> ProcessRow | None:
+        """The row under the cursor, if any."""
+        row = self.table.cursor_row
+        return self._rows[row] if self._rows and 0 <= row < len(self._rows) else None
+
+    def show(self, ports: Sequence[PortStatus], leftovers: Sequence[LeftoverProcess], palette: Palette,
+             *, force: bool = False) -> None:
+        """Rebuild the rows when ports, leftovers, width or theme changed (a handful of rows: cheap)."""
+        width = self.content_size.width or 38
+        key = (tuple(ports), tuple(leftovers), width, id(palette))
+        if key == self._key and not force:
+            return
+        self._key = key
+        rows = rows_from(ports, leftovers)
+        table = self.table
+        selected = self.selected.key if self.selected else None
+        # Leave room for the command's padding and a vertical scrollbar, so no horizontal one appears.
+        command_width = max(8, width - sum(w + 2 for _, _, w in COLUMNS[:-1]) - 2 - 2)
+        with self.app.batch_update():
+            table.clear(columns=True)
+            for key_, label, w in COLUMNS:
+                table.add_column(label, width=w or command_width, key=key_)
+            for r in rows:
+                style = palette.for_level(STATE_LEVEL.get(r.state, "warning"))
+                table.add_row(
+                    Text(r.port, justify="right"),
+                    Text(SHORT_STATES.get(r.state, r.state), style=style),
+                    Text(str(r.pid) if r.pid is not None else UNKNOWN, justify="right"),
+                    Text(truncate(r.command, command_width) if r.command else UNKNOWN, no_wrap=True),
+                    key=r.key,
+                )
+            self._rows = rows
+            keys = [r.key for r in rows]
+            if selected in keys:
+                table.move_cursor(row=keys.index(selected), animate=False)
+        self._show_detail(palette)
+
+    def _show_detail(self, palette: Palette) -> None:
+        row = self.selected
+        detail = self.query_one("#ports-detail", Static)
+        if row is None:
+            detail.update(Text("no ports or leftover processes to show", style=palette.muted))
+            return
+        text = Text()
+        if row.user:
+            text.append(f"{row.user} ", style=palette.muted)
+        text.append(row.detail)
+        detail.update(text)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        palette = getattr(self.app, "palette", None)
+        if palette is not None:
+            self._show_detail(palette)
