@@ -7,7 +7,9 @@ and prints measured-minus-true TTFT and ITL (p50, p99, max, in ms):
 
   - engine alone (headless, as `lpxtop once` and exporters use it);
   - engine + the Textual dashboard rendering in the same process (headless terminal, 160x48,
-    repainting at 2 Hz), which is the real `lpxtop` case.
+    repainting at 2 Hz), started as `lpxtop` starts it, which is the real case;
+  - the same without lpxtop's measures against interpreter-lock and garbage-collector stalls (engine
+    started before the first frame, default 5 ms switch interval, no gc.freeze), for comparison.
 
 usage: python benchmarks/fidelity.py [--seconds 20] [--interval 0.25] [--json]
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import socket
 import subprocess
@@ -111,11 +114,21 @@ def run_headless(url: str, seconds: float, interval: float):
     return engine.snapshot().endpoints[0].samples
 
 
-def run_with_dashboard(url: str, seconds: float, interval: float):
+def run_with_dashboard(url: str, seconds: float, interval: float, *, as_cli: bool = True):
+    """The dashboard in the same process as the engine. as_cli: start the engine the way `lpxtop` does
+    (after the first frame, with a collected and frozen heap and a 1 ms switch interval); otherwise start
+    it before the app with the interpreter's defaults, to show what those measures buy."""
+    from lpxtop.cli import SWITCH_INTERVAL_S, _start_measuring
     from lpxtop.ui.app import create_app
 
     engine = make_engine(url, interval)
-    app = create_app(engine, refresh_s=0.5)
+    default_switch = sys.getswitchinterval()
+    if as_cli:
+        app = create_app(engine, refresh_s=0.5, on_ready=lambda: _start_measuring(engine))
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+    else:
+        app = create_app(engine, refresh_s=0.5)
+        engine.start()
 
     async def drive():
         async with app.run_test(size=(160, 48)) as pilot:
@@ -123,11 +136,12 @@ def run_with_dashboard(url: str, seconds: float, interval: float):
             while time.monotonic() < deadline:
                 await pilot.pause(0.5)
 
-    engine.start()
     try:
         asyncio.run(drive())
     finally:
         engine.stop()
+        sys.setswitchinterval(default_switch)
+        gc.unfreeze()
     return engine.snapshot().endpoints[0].samples
 
 
@@ -139,7 +153,12 @@ def main() -> int:
     args = parser.parse_args()
     results = {}
     with sim_process() as base_url:
-        for label, runner in (("engine only", run_headless), ("engine + dashboard", run_with_dashboard)):
+        runs = (
+            ("engine only", run_headless),
+            ("engine + dashboard", run_with_dashboard),
+            ("  without measures", lambda *a: run_with_dashboard(*a, as_cli=False)),
+        )
+        for label, runner in runs:
             samples = runner(base_url + "/v1", args.seconds, args.interval)
             ttft, itl, skipped = errors(samples, base_url)
             results[label] = {"probes": len(samples), "unmatched": skipped, "ttft_error_ms": summary(ttft),

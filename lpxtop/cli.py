@@ -7,6 +7,7 @@ that open it.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ from lpxtop import __version__
 from lpxtop.config import ConfigError, FileConfig, apply_overrides, endpoints_from_urls, load_config_file
 
 SUBCOMMANDS = ("demo", "once", "sim")
+SWITCH_INTERVAL_S = 0.001
 
 EPILOG = """\
 examples:
@@ -270,17 +272,32 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def _open_ui(engine, args: argparse.Namespace, ui_settings: dict) -> int:
     from lpxtop.ui.app import create_app
-    from lpxtop.ui.theming import UnknownThemeError
+    from lpxtop.ui.theming import ThemeError
 
     theme = args.theme or ui_settings.get("theme")
     try:
-        app = create_app(engine, theme=theme, refresh_s=args.refresh, readonly=args.readonly)
-    except UnknownThemeError as exc:
+        app = create_app(engine, theme=theme, refresh_s=args.refresh, readonly=args.readonly,
+                         on_ready=lambda: _start_measuring(engine))
+    except ThemeError as exc:
         print(f"lpxtop: {exc}", file=sys.stderr)
         return 2
-    engine.start()
+    # The probe loop runs on its own thread, but it shares the interpreter lock with rendering: a
+    # shorter switch interval bounds how long a byte's timestamp can wait behind a repaint.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         app.run()
     finally:
         engine.stop()
     return 0
+
+
+def _start_measuring(engine) -> None:
+    """Start probing once the UI has drawn its first frame.
+
+    Start-up leaves many objects for the garbage collector; a full collection holds the interpreter
+    lock for tens of milliseconds, which would land in some probe's timestamps. Collect once now and
+    freeze what survives, so later collections only scan what is new.
+    """
+    gc.collect()
+    gc.freeze()
+    engine.start()

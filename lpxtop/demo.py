@@ -37,7 +37,9 @@ def demo_sim_configs(surge: threading.Event) -> list[tuple[str, SimConfig]]:
 
 
 @contextlib.contextmanager
-def start_demo(*, interval_s: float = 1.0, surge: bool = False, readonly: bool = False) -> Iterator:
+def start_demo(
+    *, interval_s: float = 1.0, surge: bool = False, readonly: bool = False, gpu_surge_gib_s: float = 1.2
+) -> Iterator:
     """Start the simulated servers and return a (not yet started) Engine watching them."""
     from lpxtop.assemble import build_engine
     from lpxtop.engine.simgpu import SimulatedGpuCollector
@@ -51,7 +53,8 @@ def start_demo(*, interval_s: float = 1.0, surge: bool = False, readonly: bool =
             sims.append(handle)
             endpoints.append(EndpointConfig(name=name, url=normalize_url(handle.url), interval_s=interval_s,
                                             max_tokens=24))
-        gpu = SimulatedGpuCollector(kv_usage=lambda: max(h.server.kv_cache_usage for h in sims))
+        gpu = SimulatedGpuCollector(kv_usage=lambda: max(h.server.kv_cache_usage for h in sims),
+                                    surge_rate_bytes_s=gpu_surge_gib_s * 2**30)
 
         def set_surge(on: bool) -> None:
             if on:

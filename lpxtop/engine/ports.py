@@ -210,6 +210,9 @@ class PortMonitor:
             restart = None
 
         desc = _describe(info, now)
+        if kind is None and not models and served_models is not None and ep.name not in served_models:
+            # /v1/models has not been asked yet (the first probe is on its way): too early to call it a conflict
+            return PortStatus(port, "ok", f"PID {main} ({desc}) listens on port {port}; checking /v1/models", **base)
         if kind is None and not models:
             nxt = _free_port_after(port, scan)
             answered = "" if served_models is None else " and /v1/models did not answer"

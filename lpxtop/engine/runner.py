@@ -85,6 +85,7 @@ class _EndpointState:
         self.model: str | None = config.model
         self.served_models: tuple[str, ...] = ()
         self.models_checked_at = 0.0
+        self.models_known = False  # a GET /models has finished (with or without models)
         self.server: ServerMetrics | None = None
         self.in_flight = False
         self.wake = asyncio.Event()
@@ -339,6 +340,7 @@ class Engine:
         ids, error = await fetch_models(client, state.config)
         # on failure nothing is known to be served: a stale list would hide a port taken over by another process
         state.served_models = ids
+        state.models_known = True
         if state.config.model is None and ids:
             state.model = ids[0]
         if state.model is None:
@@ -391,7 +393,8 @@ class Engine:
 
     async def _collect_host_and_ports(self) -> None:
         if self._ports is not None:
-            served = {name: s.served_models for name, s in self._states.items()}
+            # only endpoints whose /v1/models was asked: the others are not known to serve nothing
+            served = {name: s.served_models for name, s in self._states.items() if s.models_known}
             gpu_pids = {p.pid: p.used_bytes or 0 for _, p in self._gpu_snapshot.all_processes()}
             try:
                 self._port_statuses, self._leftovers = await asyncio.to_thread(

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from textual.app import App
 from textual.binding import Binding
@@ -56,8 +56,10 @@ class LpxtopApp(App):
         readonly: bool,
         thresholds: Mapping[str, tuple[float, float]],
         poll: bool,
+        on_ready: Callable[[], None] | None = None,
     ) -> None:
         super().__init__()
+        self._on_ready_callback = on_ready
         self.source = source
         self.catalog = catalog
         self.ssh = ssh
@@ -117,6 +119,11 @@ class LpxtopApp(App):
             self._rerender_screen()
         if self.poll_enabled:
             self.set_interval(self.refresh_s, self.poll, name="snapshot-poll")
+
+    def on_ready(self) -> None:
+        """The first frame is on screen: the caller may now start work that must not compete with start-up."""
+        if self._on_ready_callback is not None:
+            self._on_ready_callback()
 
     def get_default_screen(self) -> Screen:
         return MainScreen()
@@ -208,6 +215,7 @@ def create_app(
     readonly: bool = False,
     thresholds: Mapping[str, tuple[float, float]] | None = None,
     poll: bool = True,
+    on_ready: Callable[[], None] | None = None,
 ) -> LpxtopApp:
     """Build the app (the CLI and the tests use this one factory).
 
@@ -219,6 +227,8 @@ def create_app(
     readonly: refuse process signals (also when the source says it is read-only).
     thresholds: (warning, critical) limits overriding formatting.DEFAULT_THRESHOLDS.
     poll: False keeps the poll timer off (one read at start): for snapshot tests.
+    on_ready: called once the first frame is displayed (the CLI starts the engine there, so that
+        start-up work does not delay the first probes' timestamps).
     """
     catalog = discover_themes()
     theme_name = theme or DEFAULT_THEME
@@ -237,6 +247,7 @@ def create_app(
         readonly=bool(readonly or getattr(source, "readonly", False)),
         thresholds=merge_thresholds(thresholds),
         poll=poll,
+        on_ready=on_ready,
     )
     if no_color and not app.no_color:
         # Same effect as NO_COLOR in the environment, which Textual reads in App.__init__.

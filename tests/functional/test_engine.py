@@ -51,8 +51,9 @@ def test_a_down_endpoint_is_down_and_does_not_leak_tasks():
     with engine:
         wait_for(lambda: engine.snapshot().endpoints and engine.snapshot().endpoints[0].probes_sent >= 4)
         first = _task_count(engine)
-        wait_for(lambda: engine.snapshot().endpoints[0].probes_sent >= 10)
-        assert _task_count(engine) <= first
+        wait_for(lambda: engine.snapshot().endpoints[0].probes_sent >= 20, timeout=15)
+        # a leak would add a task or more per failed probe (16 here); a few come and go with scrapes
+        assert _task_count(engine) <= first + 3
         view = engine.snapshot().endpoints[0]
         assert view.status == "down" and view.errors == {"refused": view.probes_failed}
         assert view.last_error.startswith("refused")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
@@ -17,6 +19,7 @@ from lpxtop.ui.palette import Palette
 from lpxtop.ui.widgets.charts import PlotextChart, endpoint_charts
 from lpxtop.ui.widgets.endpoints_table import STATUS_SYMBOLS, error_pct, server_ttft_p50_ms, ttft_gap_ms
 
+CHART_REDRAW_S = 2.0
 CHART_IDS = ("chart-ttft", "chart-e2e", "chart-itl", "chart-tokens", "chart-queue", "chart-kv")
 WIDE = 150
 
@@ -73,6 +76,7 @@ class DetailScreen(Screen):
         self._snap: Snapshot | None = None
         self._errors_key: tuple | None = None
         self._settings_key: object = None
+        self._charts_drawn_at = float("-inf")
 
     def compose(self) -> ComposeResult:
         yield Static("", id="detail-summary")
@@ -121,11 +125,21 @@ class DetailScreen(Screen):
         self.query_one("#detail-summary", Static).update(render_summary(view, self.endpoint_name, snap.wall_time, palette))
         if view is None:
             return
-        for chart_id, spec in endpoint_charts(view, snap.wall_time).items():
-            chart = self.query_one(f"#{chart_id}", PlotextChart)
-            chart.set_spec(spec)
-            if force:
-                chart.redraw(force=True)
+        now = time.monotonic()
+        if force or now - self._charts_drawn_at >= CHART_REDRAW_S:
+            # Six plotext charts cost more than the rest of the screen: redraw them every 2 s at most.
+            try:
+                charts = [(self.query_one(f"#{chart_id}", PlotextChart), spec)
+                          for chart_id, spec in endpoint_charts(view, snap.wall_time).items()]
+            except NoMatches:
+                # the tabs mount their panes a moment after this screen: draw once they are there
+                self.call_after_refresh(self.rerender, force)
+                return
+            self._charts_drawn_at = now
+            for chart, spec in charts:
+                chart.set_spec(spec)
+                if force:
+                    chart.redraw(force=True)
         self._show_errors(view, snap.wall_time, palette, force)
         if view.config != self._settings_key or force:
             self._settings_key = view.config
