@@ -226,7 +226,17 @@ def _load(args: argparse.Namespace) -> FileConfig:
 def _engine_for(args: argparse.Namespace, file_config: FileConfig):
     from lpxtop.assemble import build_engine
 
+    from lpxtop.engine.alerts import AlertThresholds
+
     alert_flags = {k[len("alert_"):]: v for k, v in vars(args).items() if k.startswith("alert_") and v is not None}
+    try:
+        AlertThresholds.from_mapping(file_config.alerts)
+    except ValueError as exc:
+        raise ConfigError(f"{args.config}: [alerts]: {exc}") from None
+    try:
+        AlertThresholds.from_mapping({**file_config.alerts, **alert_flags})
+    except ValueError as exc:
+        raise ConfigError(f"alert threshold flag: {exc}") from None
     return build_engine(
         file_config.endpoints,
         window_s=args.window,

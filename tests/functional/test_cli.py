@@ -79,7 +79,8 @@ def test_api_key_is_used_but_never_printed():
         assert secret not in result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("args", [["once", "--samples", "0", "127.0.0.1:1"], ["--interval", "-1"], ["once", "ftp://x:1"]])
+@pytest.mark.parametrize("args", [["once", "--samples", "0", "127.0.0.1:1"], ["--interval", "-1"], ["once", "ftp://x:1"],
+                                  ["once", "--kv-saturation", "2", "127.0.0.1:1"]])
 def test_usage_errors_exit_2(args):
     result = lpxtop(*args)
     assert result.returncode == 2
@@ -92,6 +93,24 @@ def test_config_error_exit_2_names_line_and_key(tmp_path):
     result = lpxtop("once", "--config", str(path))
     assert result.returncode == 2
     assert f"{path}:3" in result.stderr and "max_tokns" in result.stderr
+
+
+def test_bad_alerts_table_exit_2(tmp_path):
+    path = tmp_path / "lpxtop.toml"
+    path.write_text('[[endpoint]]\nurl = "127.0.0.1:1"\n[alerts]\ngpu_mem_warnig_pct = 80\n')
+    result = lpxtop("once", "--config", str(path))
+    assert result.returncode == 2 and "gpu_mem_warnig_pct" in result.stderr
+
+
+def test_alert_flag_reaches_the_rules(sims):
+    a, _ = sims
+    # This machine surely has less than 99.9 % of its memory available: the host-memory rule must fire.
+    result = lpxtop("once", a.url, "--samples", "1", "--json", "--host-mem-min", "99.9")
+    assert result.returncode == 0, result.stderr
+    kinds = [alert["kind"] for alert in json.loads(result.stdout)["alerts"]]
+    assert "host_memory" in kinds
+    default = lpxtop("once", a.url, "--samples", "1", "--json")
+    assert "host_memory" not in [alert["kind"] for alert in json.loads(default.stdout)["alerts"]]
 
 
 def test_config_file_endpoints(tmp_path, sims):
