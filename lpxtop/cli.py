@@ -225,7 +225,6 @@ def _load(args: argparse.Namespace) -> FileConfig:
 
 def _engine_for(args: argparse.Namespace, file_config: FileConfig):
     from lpxtop.assemble import build_engine
-
     from lpxtop.engine.alerts import AlertThresholds
 
     alert_flags = {k[len("alert_"):]: v for k, v in vars(args).items() if k.startswith("alert_") and v is not None}

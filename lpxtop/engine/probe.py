@@ -46,12 +46,14 @@ def request_headers(endpoint: EndpointConfig, *, stream: bool = True) -> dict[st
     return headers
 
 
-def build_body(endpoint: EndpointConfig, model: str | None) -> dict:
+def build_body(endpoint: EndpointConfig, model: str | None, include_usage: bool = True) -> dict:
     """The streaming request body; a fresh random prefix defeats prefix caching so prefill time shows."""
     prompt = endpoint.prompt
     if endpoint.random_prefix:
         prompt = f"[{secrets.token_hex(6)}] {prompt}"
-    body: dict = {"max_tokens": endpoint.max_tokens, "stream": True, "stream_options": {"include_usage": True}}
+    body: dict = {"max_tokens": endpoint.max_tokens, "stream": True}
+    if include_usage:
+        body["stream_options"] = {"include_usage": True}
     if model:
         body["model"] = model
     if endpoint.api == "completions":
@@ -95,13 +97,20 @@ class _ProbeError(Exception):
         self.retry_after = retry_after
 
 
-async def run_probe(client: httpx.AsyncClient, endpoint: EndpointConfig, model: str | None = None) -> Sample:
+def rejects_stream_options(sample: Sample) -> bool:
+    """An older server that refuses `stream_options` (HTTP 400/422 naming it): probe again without it."""
+    return sample.http_status in (400, 422) and "stream_options" in (sample.error_message or "")
+
+
+async def run_probe(
+    client: httpx.AsyncClient, endpoint: EndpointConfig, model: str | None = None, *, include_usage: bool = True
+) -> Sample:
     """Send one streaming request and measure it. Never raises (except CancelledError)."""
     model = model or endpoint.model
     request = client.build_request(
         "POST",
         endpoint_path(endpoint),
-        json=build_body(endpoint, model),
+        json=build_body(endpoint, model, include_usage),
         headers=request_headers(endpoint),
         timeout=httpx.Timeout(
             connect=endpoint.connect_timeout_s,

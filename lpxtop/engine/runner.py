@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import httpx
 
 from lpxtop import __version__
-from lpxtop.engine.probe import fetch_models, run_probe
+from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, EndpointWindow
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
@@ -86,6 +86,7 @@ class _EndpointState:
         self.served_models: tuple[str, ...] = ()
         self.models_checked_at = 0.0
         self.models_known = False  # a GET /models has finished (with or without models)
+        self.include_usage = True  # ask for a usage chunk until the server refuses stream_options
         self.server: ServerMetrics | None = None
         self.in_flight = False
         self.wake = asyncio.Event()
@@ -319,7 +320,10 @@ class Engine:
             if model is None and error is not None:
                 sample = _failed_sample(state.config, error)
             else:
-                sample = await run_probe(client, state.config, model)
+                sample = await run_probe(client, state.config, model, include_usage=state.include_usage)
+                if state.include_usage and rejects_stream_options(sample):
+                    state.include_usage = False
+                    sample = await run_probe(client, state.config, model, include_usage=False)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bug in one probe must not stop the others

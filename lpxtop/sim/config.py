@@ -45,6 +45,7 @@ class SimConfig:
     random_stop: bool = False  # stop at a random length <= max_tokens ("stop"), unless ignore_eos
     empty_chunk_rate: float = 0.0  # share of single-token chunks sent with "" content (split UTF-8)
     send_usage: bool = True  # False: ignore stream_options.include_usage, like servers that never send it
+    reject_stream_options: bool = False  # True: HTTP 422 for a request that has stream_options at all
     role_chunk_at: str = "admitted"  # "received" | "admitted" (scheduled) | "first_token"
     background_prompt_tokens: tuple[int, int] = (64, 960)  # own prompt tokens of a virtual request (min, max)
     background_max_tokens: tuple[int, int] = (32, 320)  # output tokens of a virtual request (min, max)

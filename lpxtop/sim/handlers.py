@@ -188,6 +188,9 @@ class SimHandlers:
         if not isinstance(body, dict):
             raise _bad_request("The request body must be a JSON object.")
         record.stream = bool(body.get("stream", False))
+        if cfg.reject_stream_options and "stream_options" in body:
+            # what an older OpenAI-compatible server with strict request validation answers
+            raise RequestRejected(422, error_body(422, "Extra inputs are not permitted: stream_options", "stream_options"))
         model = body.get("model")
         if model is not None and model != cfg.model:
             raise RequestRejected(404, error_body(404, f"The model `{model}` does not exist.", "model"))

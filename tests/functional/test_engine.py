@@ -93,3 +93,14 @@ def _task_count(engine: Engine) -> int:
         return len(asyncio.all_tasks())
 
     return asyncio.run_coroutine_threadsafe(count(), engine._loop).result(5)
+
+
+def test_a_server_that_refuses_stream_options_is_probed_without_it():
+    with start_sim_in_thread(SimConfig(model="m", ttft_ms=2, itl_ms=1, reject_stream_options=True)) as sim:
+        engine = Engine([endpoint(sim.url, model="m", interval_s=0.25, max_tokens=6)], EngineSettings())
+        with engine:
+            view = wait_for(lambda: (s := engine.snapshot()).endpoints and s.endpoints[0].probes_ok >= 2
+                            and s.endpoints[0])
+        # no usage chunk then: the count comes from the events, marked approximate
+        assert view.probes_failed == 0 and view.output_tokens_approx
+        assert view.output_tokens.p50 == 6
