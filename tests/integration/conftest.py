@@ -1,0 +1,63 @@
+"""Session fixtures: real vLLM and llama.cpp servers on free loopback ports, started once, always stopped.
+
+The servers come from realservers/setup.sh (cached in ~/.cache/lpxtop-realservers or $LPXTOP_REALSERVERS).
+When that cache is incomplete the tests skip with the command that builds it, unless
+LPXTOP_REQUIRE_REALSERVERS=1 (CI: .ci/realservers.sh), where a missing cache is a failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from realserver_harness import (
+    CACHE,
+    LLAMA_SLOTS,
+    SCRIPTS,
+    VLLM_MAX_NUM_SEQS,
+    VLLM_MODEL,
+    ServerProcess,
+    missing_parts,
+    running,
+    start_server,
+    unavailable,
+)
+
+
+def require_built(server: str) -> None:
+    """Skip (or fail) when `server` ("vllm" or "llama") is not complete in the cache."""
+    gaps = missing_parts(server)
+    if gaps:
+        unavailable(
+            f"{server} not built in {CACHE} (missing: {'; '.join(gaps)}); "
+            f"build it with: bash {SCRIPTS / 'setup.sh'}"
+        )
+
+
+@pytest.fixture(scope="session")
+def vllm_server() -> Iterator[ServerProcess]:
+    """vLLM serving small-llama with VLLM_MAX_NUM_SEQS slots, so extra streams queue."""
+    require_built("vllm")
+    server = start_server(
+        "vllm", "start-vllm.sh", ["--max-num-seqs", str(VLLM_MAX_NUM_SEQS)], {"MODEL": VLLM_MODEL}
+    )
+    with running(server) as ready:
+        yield ready
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Iterator[ServerProcess]:
+    """llama-server with --metrics and LLAMA_SLOTS slots."""
+    require_built("llama")
+    server = start_server("llama", "start-llama-server.sh", [], {"NP": str(LLAMA_SLOTS)})
+    with running(server, timeout_s=60) as ready:
+        yield ready
+
+
+@pytest.fixture(scope="session")
+def llama_server_no_metrics() -> Iterator[ServerProcess]:
+    """llama-server started WITHOUT --metrics: its /metrics answers 501."""
+    require_built("llama")
+    server = start_server("llama-nometrics", "start-llama-server.sh", [], {"NP": "1", "METRICS": "0"})
+    with running(server, timeout_s=60) as ready:
+        yield ready

@@ -1,0 +1,130 @@
+"""Under real load, lpxtop's queue depth and running counts equal what the server's /metrics says.
+
+vLLM (small-llama, 2 sequences at a time) and llama-server (4 slots) each get more concurrent long streams
+than they have slots, so requests queue. Each comparison is a sandwich: a raw GET /metrics parsed with
+prometheus_client, then lpxtop's ServerScraper, then another raw GET; when the two raw reads agree, the
+gauges did not move in between and lpxtop's value must equal them exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from dataclasses import dataclass
+
+import httpx
+import pytest
+from realserver_harness import (
+    LLAMA_MODEL,
+    LLAMA_SLOTS,
+    VLLM_MAX_NUM_SEQS,
+    VLLM_MODEL,
+    RawScrape,
+    import_lpxtop,
+    raw_scrape,
+    stream_load,
+    wait_idle,
+)
+
+from lpxtop.model.endpoint import EndpointConfig
+
+pytestmark = [pytest.mark.realserver, pytest.mark.timeout(600)]
+
+MAX_ROUNDS = 120  # sandwiches per test, whatever happens
+ROUND_BUDGET_S = 60.0
+ENOUGH_QUEUED = 5  # conclusive sandwiches with a queue > 0 before stopping early
+
+
+@dataclass(frozen=True)
+class Case:
+    """One server kind under load: which fixture, its gauge names, slots, and the load to apply."""
+
+    fixture: str
+    kind: str
+    model: str
+    running: str
+    waiting: str
+    kv: str | None
+    slots: int
+    streams: int
+    max_tokens: int
+
+
+CASES = [
+    Case("vllm_server", "vllm", VLLM_MODEL, "vllm:num_requests_running", "vllm:num_requests_waiting",
+         "vllm:kv_cache_usage_perc", VLLM_MAX_NUM_SEQS, streams=6, max_tokens=900),
+    # Each of the 4 slots holds 4096/4 = 1024 tokens of context: prompt + 900 fits.
+    Case("llama_server", "llamacpp", LLAMA_MODEL, "llamacpp:requests_processing", "llamacpp:requests_deferred",
+         None, LLAMA_SLOTS, streams=8, max_tokens=900),
+]
+
+
+@dataclass(frozen=True)
+class Sandwich:
+    before: RawScrape
+    ours: object  # lpxtop.model.server.ServerMetrics
+    after: RawScrape
+
+    def steady(self, case: Case) -> bool:
+        """The raw gauges read the same before and after lpxtop's scrape."""
+        return all(self.before.value(n) == self.after.value(n) for n in (case.running, case.waiting))
+
+    @property
+    def span_ms(self) -> float:
+        return (self.after.answered - self.before.sent) * 1000
+
+
+async def lpxtop_scrape(scraper: object, client: httpx.AsyncClient) -> object:
+    result = scraper.scrape(client)
+    return await result if inspect.isawaitable(result) else result
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.kind for c in CASES])
+async def test_queue_and_running_agree_with_direct_scrape(case: Case, request: pytest.FixtureRequest) -> None:
+    servers = import_lpxtop("lpxtop.engine.servers", "ServerScraper")
+    server = request.getfixturevalue(case.fixture)
+    scraper = servers.ServerScraper(EndpointConfig(name=case.kind, url=server.api_url, model=case.model))
+    sandwiches: list[Sandwich] = []
+    async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client:
+        await wait_idle(client, server.origin, case.running, case.waiting)
+        async with stream_load(server.api_url, case.model, case.streams, case.max_tokens) as load:
+            deadline = time.monotonic() + ROUND_BUDGET_S
+            for _ in range(MAX_ROUNDS):
+                if time.monotonic() > deadline or all(t.done() for t in load.tasks):
+                    break
+                before = await raw_scrape(client, server.origin)
+                ours = await lpxtop_scrape(scraper, client)
+                after = await raw_scrape(client, server.origin)
+                sandwiches.append(Sandwich(before, ours, after))
+                queued = [s for s in sandwiches if s.steady(case) and s.before.value(case.waiting)]
+                if len(queued) >= ENOUGH_QUEUED:
+                    break
+                await asyncio.sleep(0.2)
+        assert not load.errors, f"load streams failed: {load.errors[:3]}"
+
+    steady = [s for s in sandwiches if s.steady(case)]
+
+    table = "\n".join(
+        f"raw {s.before.value(case.running)}/{s.before.value(case.waiting)} -> "
+        f"lpxtop {s.ours.requests_running}/{s.ours.requests_waiting} -> "
+        f"raw {s.after.value(case.running)}/{s.after.value(case.waiting)} in {s.span_ms:.0f} ms"
+        for s in sandwiches
+    )
+    assert steady, f"the gauges moved during every sandwich:\n{table}"
+    for s in sandwiches:
+        assert s.ours.kind == case.kind, table
+        assert s.ours.status == "ok", s.ours.status
+    for s in steady:
+        assert s.ours.requests_running == s.before.value(case.running), table
+        assert s.ours.requests_waiting == s.before.value(case.waiting), table
+        assert 0 <= s.ours.requests_running <= case.slots, table
+        if case.kv is None:
+            assert s.ours.kv_cache_usage is None, "llama-server has no KV-cache gauge: show --, never 0"
+        else:
+            lo, hi = sorted((s.before.value(case.kv), s.after.value(case.kv)))
+            # KV use moves with every block the streams fill; lpxtop's read lies between the raw reads.
+            assert lo - 0.01 <= s.ours.kv_cache_usage <= hi + 0.01, table
+    queued = [s for s in steady if s.before.value(case.waiting) > 0]
+    assert len(queued) >= 3, f"{case.streams} streams on {case.slots} slots should queue:\n{table}"
+    assert max(s.ours.requests_running for s in queued) == case.slots, table
