@@ -17,6 +17,7 @@ lookup in server_exposition tries both spellings.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -238,3 +239,64 @@ BY_KIND: dict[str, KindNames] = {k.kind: k for k in KINDS}
 
 # Cross-process restart signal that prometheus_client servers (vLLM, SGLang, LMDeploy) expose.
 PROCESS_START = "process_start_time_seconds"
+
+
+PROCESS_START_METRIC = "process_start_time_seconds"
+_SAMPLE_SUFFIXES = ("_bucket", "_count", "_sum", "_created", "_total", "_info")
+
+
+@functools.cache
+def family_names(names: KindNames) -> frozenset[str]:
+    """Every metric name one kind's table refers to (with and without `_total`), plus the process start."""
+    found: set[str] = {PROCESS_START_METRIC}
+
+    def add(name: str) -> None:
+        found.add(name)
+        if name.endswith("_total"):
+            found.add(name[: -len("_total")])
+
+    for value in vars(names).values():
+        items = value if isinstance(value, tuple) else (value,)
+        for item in items:
+            if isinstance(item, Ref):
+                add(item.name)
+            elif isinstance(item, Hist):
+                for r in item.names:
+                    add(r.name)
+            elif isinstance(item, Outcome):
+                add(item.name)
+            elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], tuple):
+                for marker in item[1]:  # variants: (variant, marker names)
+                    add(marker)
+    return frozenset(found)
+
+
+def keep_families(text: str, families: frozenset[str]) -> str:
+    """The lines of an exposition that belong to `families` (HELP/TYPE lines and samples).
+
+    Not a parser: it only drops whole lines by their leading metric name, so that prometheus_client
+    parses the few families lpxtop reads instead of the hundreds a server exposes (a vLLM page costs
+    ~20 ms to parse whole, every scrape).
+    """
+    kept: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") and _belongs(parts[2], families):
+                kept.append(line)
+            continue
+        end = len(line)
+        for stop in ("{", " ", "\t"):
+            at = line.find(stop)
+            if 0 <= at < end:
+                end = at
+        if end and _belongs(line[:end], families):
+            kept.append(line)
+    kept.append("")
+    return "\n".join(kept)
+
+
+def _belongs(name: str, families: frozenset[str]) -> bool:
+    if name in families:
+        return True
+    return any(name.endswith(suffix) and name[: -len(suffix)] in families for suffix in _SAMPLE_SUFFIXES)

@@ -15,6 +15,7 @@ import psutil
 
 from lpxtop.engine.procinfo import (
     ListenScan,
+    ProcessScanner,
     ProcInfo,
     ServerPattern,
     ancestors,
@@ -25,7 +26,6 @@ from lpxtop.engine.procinfo import (
     is_local_host,
     local_names_and_addresses,
     scan_listeners,
-    scan_processes,
     short_command,
     tcp_connects,
 )
@@ -81,6 +81,7 @@ class PortMonitor:
         self.connect_timeout_s = connect_timeout_s
         self._clock = clock
         self._local: frozenset[str] | None = None
+        self._scanner = ProcessScanner()
         # Process objects survive between calls: cpu_percent() measures since the previous call.
         self._procs: dict[int, psutil.Process] = {}
         self._cpu_primed: set[int] = set()
@@ -102,7 +103,7 @@ class PortMonitor:
             if self._local is None:
                 self._local = local_names_and_addresses()
             local_eps = [ep for ep in endpoints if is_local_host(ep.host, self._local)]
-            table = scan_processes()
+            table = self._scanner.scan()
             scan = scan_listeners()
             kids = children_map(table)
             used: set[int] = set()

@@ -13,7 +13,6 @@ import json
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
@@ -127,52 +126,94 @@ async def run_probe(
 
     request.extensions["trace"] = trace
     status: int | None = None
+    watchdog = _Watchdog()
     m.start_ns = time.perf_counter_ns()
+    watchdog.arm(m.start_ns + int(_first_token_budget(endpoint) * 1e9))
     try:
-        status = await _stream(client, request, endpoint, m)
+        status = await _stream(client, request, endpoint, m, watchdog)
         if not m.token_ns:
             raise _ProbeError("empty", "the stream finished without a single token", status)
         return _sample(endpoint, m, status)
     except _ProbeError as err:
         return _sample(endpoint, m, err.status or status, err.kind, err.message, err.retry_after)
     except asyncio.CancelledError:
-        raise
+        if not watchdog.absorb():
+            raise  # cancelled from outside: the engine is stopping
+        return _sample(endpoint, m, status, *_timeout_kind(endpoint, m))
     except (asyncio.TimeoutError, httpx.TimeoutException) as exc:
         if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
             kind, msg = "connect_timeout", f"no connection within {endpoint.connect_timeout_s:g} s"
-        elif not m.token_ns:
-            kind, msg = "first_token_timeout", f"no token within {_first_token_budget(endpoint):g} s"
         else:
-            kind, msg = "read_timeout", f"stream stalled after {len(m.token_ns)} token events"
+            kind, msg = _timeout_kind(endpoint, m)
         return _sample(endpoint, m, status, kind, msg)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a classified sample
         kind, msg = classify_exception(exc, started_stream=m.first_event_ns is not None or status is not None)
         return _sample(endpoint, m, status, kind, msg)
+    finally:
+        watchdog.disarm()
+
+
+def _timeout_kind(endpoint: EndpointConfig, m: _Measure) -> tuple[str, str]:
+    if not m.token_ns:
+        return "first_token_timeout", f"no token within {_first_token_budget(endpoint):g} s"
+    return "read_timeout", f"stream stalled after {len(m.token_ns)} token events"
+
+
+class _Watchdog:
+    """Cancels the probing task when its deadline passes.
+
+    One timer per request instead of a wait_for (a new task) per read: reads then return in the task
+    that stamps them, with no extra event-loop hop between the bytes arriving and the timestamp.
+    """
+
+    def __init__(self) -> None:
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self._handle: asyncio.TimerHandle | None = None
+        self.fired = False
+
+    def arm(self, deadline_ns: int) -> None:
+        self.disarm()
+        delay = max(0.0, (deadline_ns - time.perf_counter_ns()) / 1e9)
+        self._handle = self._loop.call_later(delay, self._fire)
+
+    def disarm(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _fire(self) -> None:
+        self.fired = True
+        if self._task is not None:
+            self._task.cancel()
+
+    def absorb(self) -> bool:
+        """True when the cancellation was this watchdog's (then it is undone), False when it came from outside."""
+        if not self.fired:
+            return False
+        uncancel = getattr(self._task, "uncancel", None)  # Python >= 3.11 counts cancellations
+        if uncancel is not None:
+            uncancel()
+        return True
 
 
 def _first_token_budget(endpoint: EndpointConfig) -> float:
     return min(endpoint.first_token_timeout_s, endpoint.timeout_s)
 
 
-async def _stream(client: httpx.AsyncClient, request: httpx.Request, endpoint: EndpointConfig, m: _Measure) -> int:
+async def _stream(
+    client: httpx.AsyncClient, request: httpx.Request, endpoint: EndpointConfig, m: _Measure, watchdog: _Watchdog
+) -> int:
     """Send, then read raw bytes, timestamping each read before any decoding. Returns the HTTP status."""
-    first_deadline = m.start_ns + int(_first_token_budget(endpoint) * 1e9)
     total_deadline = m.start_ns + int(endpoint.timeout_s * 1e9)
-    response = await asyncio.wait_for(client.send(request, stream=True), _remaining(first_deadline))
+    response = await client.send(request, stream=True)
     try:
         if response.status_code != 200:
             await _raise_http_error(response)
         parser = SseParser()
-        chunks = _stamped(response.aiter_raw())
-        while True:
-            deadline = total_deadline if m.token_ns else min(first_deadline, total_deadline)
-            try:
-                t_ns, chunk = await asyncio.wait_for(chunks.__anext__(), _remaining(deadline))
-            except StopAsyncIteration:
-                t_end = time.perf_counter_ns()
-                for event in parser.close(t_end):
-                    _handle_event(event.data, event.t_ns, m, response.status_code)
-                break
+        async for chunk in response.aiter_raw():
+            t_ns = time.perf_counter_ns()  # the moment the bytes arrived, before any parsing
+            had_token = bool(m.token_ns)
             for event in parser.feed(chunk, t_ns):
                 _handle_event(event.data, event.t_ns, m, response.status_code)
                 if m.done:
@@ -181,6 +222,11 @@ async def _stream(client: httpx.AsyncClient, request: httpx.Request, endpoint: E
                 break
             if parser.overflowed:
                 raise _ProbeError("bad_json", "an SSE line longer than 4 MiB", response.status_code)
+            if m.token_ns and not had_token:
+                watchdog.arm(total_deadline)  # the first token came: from now on only the whole request's limit
+        else:
+            for event in parser.close(time.perf_counter_ns()):
+                _handle_event(event.data, event.t_ns, m, response.status_code)
         if not m.done and m.finish_reason is None:
             raise _ProbeError(
                 "stream_cut",
@@ -190,16 +236,6 @@ async def _stream(client: httpx.AsyncClient, request: httpx.Request, endpoint: E
         return response.status_code
     finally:
         await response.aclose()
-
-
-async def _stamped(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[int, bytes]]:
-    """Stamp each read the moment it arrives, inside the task that reads it (before any parsing)."""
-    async for chunk in chunks:
-        yield time.perf_counter_ns(), chunk
-
-
-def _remaining(deadline_ns: int) -> float:
-    return max(0.0, (deadline_ns - time.perf_counter_ns()) / 1e9)
 
 
 async def _raise_http_error(response: httpx.Response) -> None:

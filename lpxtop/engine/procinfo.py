@@ -10,6 +10,7 @@ import ipaddress
 import os
 import re
 import socket
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -174,28 +175,58 @@ class ProcInfo:
         return self.cmdline or self.name or f"PID {self.pid}"
 
 
-_PROC_ATTRS = ["pid", "ppid", "name", "cmdline", "username", "create_time", "status"]
+class ProcessScanner:
+    """Scans every process this user may see; keeps what never changes for a process's life.
+
+    A process's name, command line, user and start time are fixed once it runs (short of setproctitle,
+    which servers call at start-up), so they are read once per process; each later scan reads only
+    /proc/PID/stat (parent and state). psutil's process_iter keeps the Process objects, keyed by PID
+    and start time, so a reused PID is a new process.
+    """
+
+    def __init__(self) -> None:
+        self._static: dict[psutil.Process, tuple[str, tuple[str, ...], str | None, float | None]] = {}
+
+    def scan(self) -> dict[int, ProcInfo]:
+        table: dict[int, ProcInfo] = {}
+        static: dict[psutil.Process, tuple[str, tuple[str, ...], str | None, float | None]] = {}
+        try:
+            for proc in psutil.process_iter():
+                try:
+                    with proc.oneshot():
+                        ppid, status = proc.ppid(), proc.status()
+                        known = self._static.get(proc)
+                        if known is None or _young(known[3]):
+                            known = (_safe(proc.name, ""), tuple(_safe(proc.cmdline, ()) or ()),
+                                     _safe(proc.username, None), _safe(proc.create_time, None))
+                except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                    continue
+                except (psutil.Error, OSError):
+                    ppid, status, known = None, None, self._static.get(proc) or ("", (), None, None)
+                static[proc] = known
+                table[proc.pid] = ProcInfo(pid=proc.pid, ppid=ppid, name=known[0], argv=known[1], user=known[2],
+                                           started_at=known[3], status=status)
+        except (psutil.Error, OSError):
+            pass  # a partial table is still useful; the caller treats missing PIDs as unknown
+        self._static = static  # forget processes that are gone (bounded by the live process count)
+        return table
+
+
+def _young(started_at: float | None) -> bool:
+    """Started in the last 30 s: it may still rename itself (setproctitle), so read it again."""
+    return started_at is None or time.time() - started_at < 30.0
+
+
+def _safe(getter, default):
+    try:
+        return getter()
+    except (psutil.AccessDenied, psutil.ZombieProcess):
+        return default
 
 
 def scan_processes() -> dict[int, ProcInfo]:
-    """Every process this user may see, with what /proc lets us read about it."""
-    table: dict[int, ProcInfo] = {}
-    try:
-        procs = psutil.process_iter(_PROC_ATTRS, ad_value=None)
-        for proc in procs:
-            info = proc.info
-            table[proc.pid] = ProcInfo(
-                pid=proc.pid,
-                ppid=info.get("ppid"),
-                name=info.get("name") or "",
-                argv=tuple(info.get("cmdline") or ()),
-                user=info.get("username"),
-                started_at=info.get("create_time"),
-                status=info.get("status"),
-            )
-    except (psutil.Error, OSError):
-        pass  # a partial table is still useful; the caller treats missing PIDs as unknown
-    return table
+    """Every process this user may see, with what /proc lets us read about it (one-off scan)."""
+    return ProcessScanner().scan()
 
 
 def ancestors(pid: int, table: Mapping[int, ProcInfo], limit: int = 64) -> list[int]:

@@ -35,7 +35,8 @@ log = logging.getLogger("lpxtop.engine")
 
 MIN_INTERVAL_S = 0.25
 MAX_INTERVAL_S = 60.0
-PUBLISH_EVERY_S = 0.25
+PUBLISH_EVERY_S = 0.5
+VIEW_MAX_AGE_S = 10.0
 
 
 class Scraper(Protocol):
@@ -68,7 +69,7 @@ class EngineSettings:
     window_s: float = DEFAULT_WINDOW_S
     max_samples: int = DEFAULT_MAX_SAMPLES
     gpu_interval_s: float = 1.0
-    system_interval_s: float = 2.0  # host and ports
+    system_interval_s: float = 5.0  # host and ports (a process scan costs ~20 ms of CPU)
     scrape_metrics: bool = True
     discover: bool = False
     discover_every_s: float = 30.0
@@ -87,10 +88,25 @@ class _EndpointState:
         self.models_checked_at = 0.0
         self.models_known = False  # a GET /models has finished (with or without models)
         self.include_usage = True  # ask for a usage chunk until the server refuses stream_options
+        self.version = 0  # bumped by every change a view shows; the cached view is reused until then
+        self._view: tuple[int, float, EndpointView] | None = None
         self.server: ServerMetrics | None = None
         self.in_flight = False
         self.wake = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
+
+    def changed(self) -> None:
+        self.version += 1
+
+    def view(self, now: float) -> EndpointView:
+        """The summary of this endpoint, recomputed only after a change (or every 10 s, for pruning)."""
+        cached = self._view
+        if cached is not None and cached[0] == self.version and now - cached[1] < VIEW_MAX_AGE_S:
+            return cached[2]
+        view = self.window.view(self.config, now=now, model=self.model, server=self.server,
+                                server_kind=self.server_kind, in_flight=self.in_flight)
+        self._view = (self.version, now, view)
+        return view
 
     @property
     def server_kind(self) -> str:
@@ -316,6 +332,7 @@ class Engine:
         try:
             model, error = await self._resolve_model(state, client)
             state.in_flight = True
+            state.changed()
             self._dirty = True
             if model is None and error is not None:
                 sample = _failed_sample(state.config, error)
@@ -332,6 +349,7 @@ class Engine:
         finally:
             state.in_flight = False
         state.window.add(sample)
+        state.changed()
         self._dirty = True
         return sample
 
@@ -370,6 +388,7 @@ class Engine:
         state.server = metrics
         if metrics.status == "ok":
             state.window.add_server_point(metrics, time.time())
+        state.changed()
         self._dirty = True
 
     async def _gpu_loop(self) -> None:
@@ -383,11 +402,14 @@ class Engine:
     async def _collect_gpu(self) -> None:
         if self._gpu is None:
             return
+        previous = self._gpu_snapshot
         try:
             self._gpu_snapshot = await asyncio.to_thread(self._gpu.collect, self._endpoint_pids())
         except Exception as exc:  # noqa: BLE001
             self._gpu_snapshot = GpuSnapshot(status=f"unavailable: {type(exc).__name__}: {exc}")
-        self._dirty = True
+        # "unavailable" every second is no news: do not make readers redraw for it
+        if self._gpu_snapshot.devices or previous.devices or self._gpu_snapshot.status != previous.status:
+            self._dirty = True
 
     async def _system_loop(self) -> None:
         while True:
@@ -461,6 +483,7 @@ class Engine:
     def _reset(self) -> None:
         for state in self._states.values():
             state.window.reset()
+            state.changed()
         self._dirty = True
 
     def _set_interval(self, seconds: float) -> None:
@@ -477,16 +500,7 @@ class Engine:
         now = time.time()
         views: list[EndpointView] = []
         for state in self._states.values():
-            views.append(
-                state.window.view(
-                    state.config,
-                    now=now,
-                    model=state.model,
-                    server=state.server,
-                    server_kind=state.server_kind,
-                    in_flight=state.in_flight,
-                )
-            )
+            views.append(state.view(now))
         self._seq += 1
         snapshot = Snapshot(
             wall_time=now,

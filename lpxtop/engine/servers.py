@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from lpxtop.engine.metric_names import BY_KIND, KindNames
+from lpxtop.engine.metric_names import BY_KIND, KindNames, family_names, keep_families
 from lpxtop.engine.server_exposition import Exposition, NotPrometheusText
 from lpxtop.engine.server_kinds import auth_headers, detect_kind
 from lpxtop.engine.server_ollama import looks_like_ps, ollama_metrics
@@ -137,6 +137,16 @@ class ServerScraper:
 
     def _parse(self, answer: _Answer, scrape_ms: float, now: float, wall: float) -> ServerMetrics:
         text = answer.body.decode("utf-8", errors="replace")
+        if self._names is not None:
+            # The kind is known: parse only the families its table reads. A page without them (another
+            # server took the port) falls through to a full parse and a fresh detection.
+            try:
+                expo = Exposition.parse(keep_families(text, family_names(self._names)))
+            except NotPrometheusText:
+                expo = None
+            if expo is not None and expo.families and (self._forced or detect_kind(expo) is self._names):
+                metrics = self.tracker.update(expo, self._names, now, wall)
+                return dataclasses.replace(metrics, scrape_ms=scrape_ms)
         try:
             expo = Exposition.parse(text)
         except NotPrometheusText as e:

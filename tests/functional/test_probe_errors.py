@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import time
 
 import httpx
@@ -159,3 +160,29 @@ async def test_html_200_is_bad_json():
     async with server:
         sample = await probe(f"http://127.0.0.1:{port}/v1")
     assert sample.error_kind == "bad_json"
+
+
+async def test_cancelling_a_probe_from_outside_is_not_swallowed(sim):
+    import asyncio
+
+    sim.server.set_faults(count=1, stall_after_tokens=1, stall_s=3.0)
+    async with httpx.AsyncClient() as client:
+        task = asyncio.ensure_future(run_probe(client, endpoint(sim.url, timeout_s=5.0)))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_a_timed_out_probe_leaves_its_task_usable(sim):
+    import asyncio
+
+    # The timeout is delivered by cancelling the probing task; afterwards that task must await normally.
+    sim.server.set_faults(count=1, first_token_delay_ms=2000)
+    async with httpx.AsyncClient() as client:
+        sample = await run_probe(client, endpoint(sim.url, first_token_timeout_s=0.3))
+        assert sample.error_kind == "first_token_timeout"
+        await asyncio.sleep(0.05)
+        if sys.version_info >= (3, 11):  # 3.10's tasks keep no count (pytest-asyncio's backport differs)
+            assert asyncio.current_task().cancelling() == 0
+        assert (await run_probe(client, endpoint(sim.url))).ok

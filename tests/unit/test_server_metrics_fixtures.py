@@ -251,3 +251,35 @@ def test_to_json_keeps_the_schema_keys() -> None:
         assert key in out
     assert out["server_ttft_ms"] is None
     json.dumps(out)  # plain JSON types only
+
+
+SERVER_CAPTURES = [
+    "vllm-0.32.0-cpu-local-capture-idle.txt",
+    "vllm-0.32.0-cpu-local-capture-after-load.txt",
+    "vllm-0.4.3-datadog-integrations-core.txt",
+    "sglang-2025-sglang-docs-production_metrics.txt",
+    "tgi-unknown-datadog-integrations-core-excerpt.txt",
+    "llamacpp-server-0c1e5709-local-capture-after-load.txt",
+    "triton-trtllm-2026-07-tensorrtllm_backend-readme.txt",
+    "triton-unknown-datadog-integrations-core-excerpt.txt",
+]
+
+
+@pytest.mark.parametrize("name", SERVER_CAPTURES)
+def test_parsing_only_the_kinds_families_changes_nothing(name: str) -> None:
+    # After the first scrape the scraper parses only the families its table reads; the result must be
+    # the same as parsing the whole page (two scrapes each, so rates and windows are compared too).
+    from lpxtop.engine.metric_names import family_names, keep_families
+
+    page = text(name)
+    names = detect_kind(Exposition.parse(page))
+    assert names is not None
+    filtered = keep_families(page, family_names(names))
+    assert len(filtered) < len(page) or name.startswith("llamacpp")
+    results = []
+    for body in (page, filtered):
+        tracker = MetricsTracker()
+        tracker.update(Exposition.parse(body), names, now=100.0, wall=1_000.0)
+        results.append(tracker.update(Exposition.parse(body), names, now=102.0, wall=1_002.0))
+    assert results[0] == results[1]
+    assert detect_kind(Exposition.parse(filtered)) is names
