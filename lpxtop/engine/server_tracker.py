@@ -28,6 +28,7 @@ COUNTER_ROLES = (
     "spec_drafted",
 )
 HIST_ROLES = ("ttft", "itl", "tpot", "e2e", "queue")
+KEPT_PER_WINDOW = 40  # readings kept per window (at most about one every window_s / 40 seconds)
 MAX_READINGS = 1024  # bounds memory even if someone scrapes far faster than the window needs
 
 
@@ -70,6 +71,10 @@ class MetricsTracker:
         if prev is not None and now <= prev.t:
             self._history.pop()  # no time passed: this scrape replaces the previous one
             prev = self._history[-1] if self._history else None
+        if prev is not None and len(self._history) >= 2 and prev.t - self._history[-2].t < self.window_s / KEPT_PER_WINDOW:
+            # Keep the history thin: the window only needs a base near its start, and the rates only the
+            # previous scrape (still in hand as `prev`), so a reading too close to the one before it goes.
+            self._history.pop()
         self._history.append(reading)
         while len(self._history) > 1 and self._history[0].t < now - self.window_s:
             self._history.popleft()

@@ -277,3 +277,23 @@ def test_time_outside_engine() -> None:
     assert time_outside_engine_ms(50.0, ServerMetrics(kind="tgi")) is None
     idle = ServerMetrics(kind="vllm", server_ttft_ms=ServerLatency(p50=None, p99=None, count=0))
     assert time_outside_engine_ms(50.0, idle) is None
+
+
+def test_history_stays_thin_and_the_window_still_slides() -> None:
+    tracker = MetricsTracker(window_s=300.0)
+    # One scrape a second for 20 minutes: 10 new requests per scrape, all under 0.1 s, except that
+    # from t=600 on they are all between 0.2 and 0.5 s.
+    slow = fast = 0
+    m = None
+    for t in range(1200):
+        if t < 600:
+            fast += 10
+        else:
+            slow += 10
+        m = update(tracker, ttft(fast, fast, fast + slow, fast + slow), now=float(t))
+        assert len(tracker._history) <= 42
+    # By t=1199 the window (300 s) holds only slow requests: p50 inside (0.2, 0.5].
+    assert m is not None and m.server_ttft_ms is not None
+    assert 200.0 < m.server_ttft_ms.p50 <= 500.0
+    # about 300 s of requests at 10 per second, give or take the base's spacing (300 s / 40)
+    assert 2900 <= m.server_ttft_ms.count <= 3000 + 10 * 300 / 40

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from rich.text import Text
 from textual.binding import Binding
+from textual.cache import LRUCache
 from textual.widgets import DataTable
 
 from lpxtop.model.snapshot import EndpointView
@@ -191,6 +192,9 @@ def filter_views(views: Sequence[EndpointView], text: str) -> list[EndpointView]
     ]
 
 
+CELL_CACHE_SIZE = 600
+
+
 class EndpointsTable(DataTable):
     """Endpoints, one row each. `show()` touches only the cells whose text or colour changed."""
 
@@ -198,6 +202,9 @@ class EndpointsTable(DataTable):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
+        # DataTable caches up to 10,000 rendered cells. Our cells change value every second, so the
+        # cache fills with dead entries (megabytes after an hour); a few screens' worth is enough here.
+        self._cell_render_cache = LRUCache(CELL_CACHE_SIZE)
         self._columns: tuple[Column, ...] = ()
         self._order: list[str] = []
         self._cells: dict[str, dict[str, Cell]] = {}
