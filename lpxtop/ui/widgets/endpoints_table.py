@@ -193,6 +193,7 @@ def filter_views(views: Sequence[EndpointView], text: str) -> list[EndpointView]
 
 
 CELL_CACHE_SIZE = 600
+ROW_CACHE_SIZE = 120
 
 
 class EndpointsTable(DataTable):
@@ -202,9 +203,12 @@ class EndpointsTable(DataTable):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
-        # DataTable caches up to 10,000 rendered cells. Our cells change value every second, so the
-        # cache fills with dead entries (megabytes after an hour); a few screens' worth is enough here.
+        # DataTable caches up to 10,000 rendered cells and 1,000 rows and lines. Our cells change value
+        # every second, so those caches fill with dead entries (megabytes); a few screens' worth is enough.
         self._cell_render_cache = LRUCache(CELL_CACHE_SIZE)
+        self._row_render_cache = LRUCache(ROW_CACHE_SIZE)
+        self._row_renderable_cache = LRUCache(ROW_CACHE_SIZE)
+        self._line_cache = LRUCache(ROW_CACHE_SIZE)
         self._columns: tuple[Column, ...] = ()
         self._order: list[str] = []
         self._cells: dict[str, dict[str, Cell]] = {}
