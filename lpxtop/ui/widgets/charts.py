@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import plotext
 from rich.text import Text
 from textual.widgets import Static
 
@@ -64,6 +63,8 @@ class ChartSpec:
 
 def build_chart(spec: ChartSpec, width: int, height: int, colors: tuple[RGB, ...]) -> str:
     """The chart as ANSI text, exactly `width` × `height` cells."""
+    import plotext  # only once a detail screen opens: it costs ~7 MB that the main screen does not need
+
     fig = plotext.figure
     fig.clear()
     try:
