@@ -233,18 +233,17 @@ def _engine_for(args: argparse.Namespace, file_config: FileConfig):
     except ValueError as exc:
         raise ConfigError(f"{args.config}: [alerts]: {exc}") from None
     try:
-        AlertThresholds.from_mapping({**file_config.alerts, **alert_flags})
-    except ValueError as exc:
+        return build_engine(
+            file_config.endpoints,
+            window_s=args.window,
+            max_samples=args.max_samples,
+            scrape_metrics=not args.no_metrics,
+            discover=not args.no_discover and not file_config.endpoints,
+            readonly=getattr(args, "readonly", False),
+            alert_settings={**file_config.alerts, **alert_flags},
+        )
+    except ValueError as exc:  # the file's table passed above, so a flag is at fault
         raise ConfigError(f"alert threshold flag: {exc}") from None
-    return build_engine(
-        file_config.endpoints,
-        window_s=args.window,
-        max_samples=args.max_samples,
-        scrape_metrics=not args.no_metrics,
-        discover=not args.no_discover and not file_config.endpoints,
-        readonly=getattr(args, "readonly", False),
-        alert_settings={**file_config.alerts, **alert_flags},
-    )
 
 
 def _run_once(args: argparse.Namespace) -> int:
