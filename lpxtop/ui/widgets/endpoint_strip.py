@@ -71,6 +71,10 @@ class EndpointStrip(Horizontal):
             text.append(fmt_signed_ms(gap) + " ms", style=palette.accent)
             text.append(f" (client {fmt_ms(view.ttft_ms.p50 if view.ttft_ms else None)}"
                         f" − server {fmt_ms(server_ttft_p50_ms(view))})", style=palette.muted)
+            if gap < 0:
+                # The server's histogram covers all its traffic (longer prompts included), the probe only
+                # itself: a negative gap means "no time lost outside the engine", not a clock error.
+                text.append(" ≈0: server p50 includes longer requests", style=palette.muted)
         text.append("  last error: ")
         if view.last_error:
             text.append(view.last_error, style=palette.critical)
