@@ -37,6 +37,7 @@ MIN_INTERVAL_S = 0.25
 MAX_INTERVAL_S = 60.0
 PUBLISH_EVERY_S = 0.5
 VIEW_MAX_AGE_S = 10.0
+HEARTBEAT_S = 1.0
 
 
 class Scraper(Protocol):
@@ -463,7 +464,8 @@ class Engine:
 
     async def _publish_loop(self) -> None:
         while True:
-            if self._dirty:
+            # Also when nothing changed, now and then: readers show ages and uptime from the snapshot's time.
+            if self._dirty or time.time() - self._snapshot.wall_time >= HEARTBEAT_S:
                 self._dirty = False
                 try:
                     self._snapshot = self._build_snapshot()
