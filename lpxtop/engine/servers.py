@@ -15,7 +15,7 @@ import httpx
 
 from lpxtop.engine.metric_names import BY_KIND, KindNames, family_names, keep_families
 from lpxtop.engine.server_exposition import Exposition, NotPrometheusText
-from lpxtop.engine.server_kinds import auth_headers, detect_kind
+from lpxtop.engine.server_kinds import auth_headers, detect_kind, probe_kind
 from lpxtop.engine.server_ollama import looks_like_ps, ollama_metrics
 from lpxtop.engine.server_tracker import MetricsTracker
 from lpxtop.model.endpoint import EndpointConfig
@@ -73,6 +73,8 @@ class ServerScraper:
         self._ollama: bool | None = True if self._forced == "ollama" else None  # None: not yet known
         self._names: KindNames | None = BY_KIND.get(self._forced or "")
         self._last: ServerMetrics | None = None
+        self._asked_kind: str | None = None  # what the server said it is when it had no /metrics
+        self._asked = False
         self._skip_until = 0.0
         self._inflight: asyncio.Future[ServerMetrics] | None = None
 
@@ -88,7 +90,7 @@ class ServerScraper:
             return "ollama"
         if self._names is not None:
             return self._names.kind
-        return self._forced or "unknown"
+        return self._forced or self._asked_kind or "unknown"
 
     def cancel(self) -> None:
         """Cancel the scrape in progress, if any (engine shutdown)."""
@@ -133,6 +135,10 @@ class ServerScraper:
                 return await self._scrape_ollama(client)
         if answer.status_code in NO_METRICS_STATUSES:
             self._skip_until = self._clock() + self.recheck_s
+            if not self._asked and self._names is None and self._forced is None:
+                # No metrics to tell the kind: ask the server itself once (/v1/models owned_by, /info, /props).
+                self._asked = True
+                self._asked_kind = await probe_kind(client, self.endpoint)
         return self._http_status(answer)
 
     def _parse(self, answer: _Answer, scrape_ms: float, now: float, wall: float) -> ServerMetrics:

@@ -155,6 +155,18 @@ async def test_404_is_a_normal_state_with_a_reason() -> None:
     assert m.requests_running is None and m.kv_cache_usage is None
 
 
+async def test_without_metrics_the_server_is_asked_what_it_is() -> None:
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "qwen", "owned_by": "sglang"}]})
+
+    async with serve({"/v1/models": models}) as origin, http_client() as client:
+        scraper = ServerScraper(endpoint(origin))
+        m = await scraper.scrape(client)
+    assert m.status.startswith("no /metrics: HTTP 404")
+    assert m.kind == "sglang" and scraper.kind == "sglang"
+    assert m.requests_running is None
+
+
 async def test_connection_refused() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
