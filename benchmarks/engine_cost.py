@@ -1,0 +1,78 @@
+"""Where the engine's own CPU goes: probes, /metrics scrapes, and the rest (host, ports, GPU, the loop).
+
+Runs the headless engine (no UI) in this process against 4 simulated servers in their own processes,
+30 s per configuration, and prints this process's CPU as % of one core for:
+
+  default                      probes every 2 s + /metrics every 2 s
+  no /metrics                  probes only
+  probes every 60 s            /metrics only (and the rest)
+  probes 60 s, no /metrics     the rest
+
+usage: python benchmarks/engine_cost.py [--seconds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import psutil  # noqa: E402
+
+from lpxtop.assemble import build_engine  # noqa: E402
+from lpxtop.config import endpoints_from_urls  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    args = parser.parse_args()
+    sims, urls = [], []
+    try:
+        for i in range(4):
+            port = free_port()
+            sims.append(subprocess.Popen(
+                [sys.executable, "-m", "lpxtop", "sim", "--port", str(port), "--model", f"m{i}",
+                 "--background-load", "2,12,60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            urls.append(f"127.0.0.1:{port}")
+        time.sleep(2)
+        me = psutil.Process()
+        runs = (
+            ("default", {}),
+            ("no /metrics", {"scrape_metrics": False}),
+            ("probes every 60 s", {"interval": 60.0}),
+            ("probes 60 s, no /metrics", {"interval": 60.0, "scrape_metrics": False}),
+        )
+        print(f"engine CPU, % of one core, {args.seconds:g} s each, 4 endpoints")
+        for label, options in runs:
+            options = dict(options)
+            interval = options.pop("interval", None)
+            engine = build_engine(endpoints_from_urls(urls, interval_s=interval), discover=False, **options)
+            engine.start()
+            time.sleep(5)
+            c0, t0 = sum(me.cpu_times()[:2]), time.monotonic()
+            time.sleep(args.seconds)
+            pct = 100 * (sum(me.cpu_times()[:2]) - c0) / (time.monotonic() - t0)
+            engine.stop()
+            print(f"  {label:28s} {pct:5.2f} %", flush=True)
+    finally:
+        for proc in sims:
+            proc.terminate()
+        for proc in sims:
+            proc.wait(10)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
