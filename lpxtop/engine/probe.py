@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from email.utils import parsedate_to_datetime
 import httpx
 
 from lpxtop.engine.errors import classify_exception, http_error_kind
+from lpxtop.engine.server_kinds import auth_headers
 from lpxtop.engine.sse import SseParser
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import Sample
@@ -27,21 +27,11 @@ MAX_ERROR_BODY = 8192
 MAX_MESSAGE = 200
 
 
-def api_key_for(endpoint: EndpointConfig) -> str | None:
-    """The endpoint's API key, read from the environment variable it names (never stored elsewhere)."""
-    if not endpoint.api_key_env:
-        return None
-    return os.environ.get(endpoint.api_key_env) or None
-
-
 def request_headers(endpoint: EndpointConfig, *, stream: bool = True) -> dict[str, str]:
     headers = {"Accept-Encoding": "identity", "User-Agent": "lpxtop"}
     if stream:
         headers["Accept"] = "text/event-stream"
-    headers.update(dict(endpoint.headers))
-    key = api_key_for(endpoint)
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
+    headers.update(auth_headers(endpoint))
     return headers
 
 

@@ -61,10 +61,9 @@ async def probe_kind(client: httpx.AsyncClient, endpoint: EndpointConfig) -> str
 def auth_headers(endpoint: EndpointConfig) -> dict[str, str]:
     """The endpoint's own headers plus its bearer key (read from its env variable); never logged."""
     headers = dict(endpoint.headers)
-    if endpoint.api_key_env:
-        key = os.environ.get(endpoint.api_key_env)
-        if key:
-            headers.setdefault("Authorization", f"Bearer {key}")
+    key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
+    if key:
+        headers["Authorization"] = f"Bearer {key}"  # the named key wins over a stray header
     return headers
 
 
