@@ -13,7 +13,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -370,12 +370,20 @@ class Engine:
             return None, error or "http_404: GET /models listed no model; pass --model"
         return state.model, None
 
-    async def _scrape_loop(self, state: _EndpointState, client: httpx.AsyncClient) -> None:
+    @staticmethod
+    async def _every(period_s: float, work: Callable[[], Awaitable[None]]) -> None:
+        """Run `work` every `period_s`, never two at once: the next run starts a period after this one began."""
         while True:
             began = time.monotonic()
+            await work()
+            await asyncio.sleep(max(0.1, period_s - (time.monotonic() - began)))
+
+    async def _scrape_loop(self, state: _EndpointState, client: httpx.AsyncClient) -> None:
+        async def scrape_unless_paused() -> None:
             if not self._paused:
                 await self._scrape(state, client)
-            await asyncio.sleep(max(0.1, state.config.metrics_interval_s - (time.monotonic() - began)))
+
+        await self._every(state.config.metrics_interval_s, scrape_unless_paused)
 
     async def _scrape(self, state: _EndpointState, client: httpx.AsyncClient) -> None:
         assert state.scraper is not None
@@ -393,12 +401,8 @@ class Engine:
         self._dirty = True
 
     async def _gpu_loop(self) -> None:
-        if self._gpu is None:
-            return
-        while True:
-            began = time.monotonic()
-            await self._collect_gpu()
-            await asyncio.sleep(max(0.1, self.settings.gpu_interval_s - (time.monotonic() - began)))
+        if self._gpu is not None:
+            await self._every(self.settings.gpu_interval_s, self._collect_gpu)
 
     async def _collect_gpu(self) -> None:
         if self._gpu is None:
@@ -413,10 +417,7 @@ class Engine:
             self._dirty = True
 
     async def _system_loop(self) -> None:
-        while True:
-            began = time.monotonic()
-            await self._collect_host_and_ports()
-            await asyncio.sleep(max(0.1, self.settings.system_interval_s - (time.monotonic() - began)))
+        await self._every(self.settings.system_interval_s, self._collect_host_and_ports)
 
     async def _collect_host_and_ports(self) -> None:
         if self._ports is not None:
