@@ -32,32 +32,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lpxtop.engine.runner import Engine, EngineSettings  # noqa: E402
 from lpxtop.model.endpoint import EndpointConfig  # noqa: E402
 from lpxtop.model.probe import quantile_sorted  # noqa: E402
+from lpxtop.sim.records import token_times_ns  # noqa: E402
 
 
-def truth_token_times(record) -> list[int]:
-    return [t for t, kind, n in record.events if kind in ("content", "finish") and n > 0]
-
-
-class _Record:
-    def __init__(self, data: dict) -> None:
-        self.events = [tuple(e) for e in data["events"]]
-
-
-def fetch_record(base_url: str, response_id: str) -> _Record | None:
+def fetch_events(base_url: str, response_id: str) -> list | None:
+    """The sim's record of what it sent for one response: (t_ns, kind, n_tokens) events."""
     import httpx
 
     response = httpx.get(f"{base_url}/sim/records/{response_id}", timeout=5)
-    return _Record(response.json()) if response.status_code == 200 else None
+    return response.json()["events"] if response.status_code == 200 else None
 
 
 def errors(samples, base_url: str) -> tuple[list[float], list[float], int]:
     ttft, itl, skipped = [], [], 0
     for s in samples:
-        record = fetch_record(base_url, s.response_id) if s.ok and s.response_id else None
-        if record is None:
+        events = fetch_events(base_url, s.response_id) if s.ok and s.response_id else None
+        if events is None:
             skipped += 1
             continue
-        truth = truth_token_times(record)
+        truth = token_times_ns(events)
         if len(truth) != len(s.token_event_ms):
             skipped += 1
             continue

@@ -11,6 +11,14 @@ from dataclasses import dataclass, field
 EVENT_KINDS = ("role", "content", "empty_content", "finish", "usage", "done", "error", "bad_json", "body")
 
 
+def token_times_ns(events) -> list[int]:
+    """When each token-bearing event was written: content chunks, and a finish chunk that carries text.
+
+    `events` are (t_ns, kind, n_tokens) triples, as in SimRecord.events or its JSON form.
+    """
+    return [t for t, kind, n in events if kind in ("content", "finish") and n > 0]
+
+
 @dataclass
 class SimRecord:
     """One request as the server saw and answered it.

@@ -6,6 +6,7 @@ import socket
 
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import Sample, quantile_sorted
+from lpxtop.sim.records import token_times_ns
 
 
 def endpoint(url: str, **kw) -> EndpointConfig:
@@ -15,11 +16,6 @@ def endpoint(url: str, **kw) -> EndpointConfig:
     return EndpointConfig(**values)
 
 
-def truth_token_times(record) -> list[int]:
-    """When the sim wrote each token-bearing event (content, or a finish chunk that carries text)."""
-    return [t for t, kind, n in record.events if kind in ("content", "finish") and n > 0]
-
-
 def fidelity_errors(samples: list[Sample], server) -> tuple[list[float], list[float]]:
     """Measured minus true TTFT and ITL (ms), matching each sample to the sim's record by response id."""
     ttft_err: list[float] = []
@@ -27,7 +23,7 @@ def fidelity_errors(samples: list[Sample], server) -> tuple[list[float], list[fl
     for s in samples:
         record = server.record_for(s.response_id)
         assert record is not None, f"no record for {s.response_id}"
-        truth = truth_token_times(record)
+        truth = token_times_ns(record.events)
         assert len(truth) == len(s.token_event_ms), (len(truth), len(s.token_event_ms))
         ttft_err.append(s.ttft_ms - (truth[0] - s.start_ns) / 1e6)
         true_gaps = [(b - a) / 1e6 for a, b in zip(truth, truth[1:])]
