@@ -12,13 +12,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.functional.simhelpers import free_port
 from tests.functional.test_sim_support import chat_body, stream
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _readline(proc: subprocess.Popen, timeout_s: float) -> str:
@@ -32,7 +27,7 @@ def _readline(proc: subprocess.Popen, timeout_s: float) -> str:
 
 @pytest.fixture
 def sim_process() -> Iterator[tuple[subprocess.Popen, int]]:
-    port = _free_port()
+    port = free_port()
     args = [
         "--port",
         str(port),
