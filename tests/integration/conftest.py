@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 from realserver_harness import (
     CACHE,
+    LLAMA_CTX,
     LLAMA_SLOTS,
     SCRIPTS,
     VLLM_MAX_NUM_SEQS,
@@ -49,7 +50,7 @@ def vllm_server() -> Iterator[ServerProcess]:
 def llama_server() -> Iterator[ServerProcess]:
     """llama-server with --metrics and LLAMA_SLOTS slots."""
     require_built("llama")
-    server = start_server("llama", "start-llama-server.sh", [], {"NP": str(LLAMA_SLOTS)})
+    server = start_server("llama", "start-llama-server.sh", [], {"NP": str(LLAMA_SLOTS), "CTX": str(LLAMA_CTX)})
     with running(server, timeout_s=60) as ready:
         yield ready
 

@@ -39,6 +39,8 @@ VLLM_MODEL = "small-llama"
 VLLM_MAX_NUM_SEQS = 2
 LLAMA_MODEL = "tiny-llama"
 LLAMA_SLOTS = 4
+# Context shared by llama-server's slots: 4096 tokens per slot, so a load stream can run for 3800 tokens.
+LLAMA_CTX = 4 * 4096
 START_TIMEOUT_S = float(os.environ.get("LPXTOP_REALSERVERS_START_TIMEOUT", "300"))
 STOP_TIMEOUT_S = 20.0
 KEEP_LOGS = 30
@@ -254,42 +256,53 @@ async def raw_scrape(client: httpx.AsyncClient, origin: str, timeout_s: float = 
 
 @dataclass
 class StreamLoad:
-    """Concurrent long streaming requests; counts how many finished and how many failed."""
+    """Workers that each run long streaming requests back to back; counts finished and failed streams."""
 
     tasks: list[asyncio.Task] = field(default_factory=list)
     finished: int = 0
     errors: list[str] = field(default_factory=list)
 
 
-async def _long_stream(
+# Streams per worker, whatever happens: the block's own deadline normally ends the load much sooner.
+MAX_STREAMS_PER_WORKER = 200
+
+
+async def _stream_worker(
     client: httpx.AsyncClient, api_url: str, model: str, max_tokens: int, index: int, load: StreamLoad
 ) -> None:
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": f"[load {index}] Count slowly."}],
-        "max_tokens": max_tokens,
-        "ignore_eos": True,  # both servers accept it: the stream runs to max_tokens
-        "stream": True,
-    }
-    try:
-        async with client.stream("POST", f"{api_url}/chat/completions", json=body) as response:
-            if response.status_code != 200:
-                load.errors.append(f"HTTP {response.status_code}")
-                return
-            async for _ in response.aiter_raw():
-                pass
-        load.finished += 1
-    except asyncio.CancelledError:
-        raise
-    except httpx.HTTPError as exc:
-        load.errors.append(f"{type(exc).__name__}: {exc}")
+    """Run one long stream after another until cancelled, so the load lasts as long as the test needs.
+
+    The tiny llama.cpp model writes 900 tokens in about 0.25 s: a single round of streams can be over
+    before the first scrape, so each worker starts its next stream as soon as one ends.
+    """
+    for n in range(MAX_STREAMS_PER_WORKER):
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": f"[load {index}.{n}] Count slowly."}],
+            "max_tokens": max_tokens,
+            "ignore_eos": True,  # both servers accept it: the stream runs to max_tokens
+            "stream": True,
+        }
+        try:
+            async with client.stream("POST", f"{api_url}/chat/completions", json=body) as response:
+                if response.status_code != 200:
+                    load.errors.append(f"HTTP {response.status_code}")
+                    return
+                async for _ in response.aiter_raw():
+                    pass
+            load.finished += 1
+        except asyncio.CancelledError:
+            raise
+        except httpx.HTTPError as exc:
+            load.errors.append(f"{type(exc).__name__}: {exc}")
+            return
 
 
 @contextlib.asynccontextmanager
 async def stream_load(
     api_url: str, model: str, streams: int, max_tokens: int, timeout_s: float = 120.0
 ) -> AsyncIterator[StreamLoad]:
-    """Run `streams` long streams for the duration of the block; cancel whatever is left on exit.
+    """Keep `streams` long streams running for the duration of the block; cancel them on exit.
 
     Cancelling closes the connections, and both servers abort a request whose client went away.
     """
@@ -297,7 +310,7 @@ async def stream_load(
     limits = httpx.Limits(max_connections=streams + 2, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0), limits=limits) as client:
         load.tasks = [
-            asyncio.create_task(_long_stream(client, api_url, model, max_tokens, i, load)) for i in range(streams)
+            asyncio.create_task(_stream_worker(client, api_url, model, max_tokens, i, load)) for i in range(streams)
         ]
         try:
             yield load

@@ -1,7 +1,8 @@
 """Under real load, lpxtop's queue depth and running counts equal what the server's /metrics says.
 
 vLLM (small-llama, 2 sequences at a time) and llama-server (4 slots) each get more concurrent long streams
-than they have slots, so requests queue. Each comparison is a sandwich: a raw GET /metrics parsed with
+than they have slots, so requests queue; each stream is followed at once by another, so the queue
+lasts however fast the model is. Each comparison is a sandwich: a raw GET /metrics parsed with
 prometheus_client, then lpxtop's ServerScraper, then another raw GET; when the two raw reads agree, the
 gauges did not move in between and lpxtop's value must equal them exactly.
 """
@@ -54,9 +55,10 @@ class Case:
 CASES = [
     Case("vllm_server", "vllm", VLLM_MODEL, "vllm:num_requests_running", "vllm:num_requests_waiting",
          "vllm:kv_cache_usage_perc", VLLM_MAX_NUM_SEQS, streams=6, max_tokens=900),
-    # Each of the 4 slots holds 4096/4 = 1024 tokens of context: prompt + 900 fits.
+    # Each slot holds LLAMA_CTX / LLAMA_SLOTS = 4096 tokens of context: prompt + 3800 fits. The tiny model
+    # writes about 4000 tokens a second, so each stream holds its slot for about a second.
     Case("llama_server", "llamacpp", LLAMA_MODEL, "llamacpp:requests_processing", "llamacpp:requests_deferred",
-         None, LLAMA_SLOTS, streams=8, max_tokens=900),
+         None, LLAMA_SLOTS, streams=8, max_tokens=3800),
 ]
 
 
