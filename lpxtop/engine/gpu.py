@@ -195,17 +195,25 @@ class GpuCollector:
         uuid = (
             None if problems.lost else nvml.query("nvmlDeviceGetUUID", handle, problems=problems, what="UUID")
         )
-        mem = (
-            None
-            if problems.lost
-            else nvml.query("nvmlDeviceGetMemoryInfo", handle, problems=problems, what="memory")
-        )
+        mem = None if problems.lost else self._memory(handle, problems)
         return {
             "name": str(name) if name is not None else ("unknown MIG device" if mig else "unknown GPU"),
             "uuid": str(uuid) if uuid is not None else "",
             "mem_used": _int(getattr(mem, "used", None)),
             "mem_total": _int(getattr(mem, "total", None)),
         }
+
+    def _memory(self, handle: Any, problems: Problems) -> Any:
+        """Memory info, `used` as nvidia-smi shows it: the v2 call (R510+) leaves the driver's own
+        reservation out of `used`; the v1 call counts it (about 0.5 GiB on an idle H100), so an idle
+        GPU would not read 0. Drivers without v2 get v1, silently."""
+        nvml = self._nvml
+        version = nvml.constant("nvmlMemory_v2")
+        if version is not None:
+            mem = nvml.query("nvmlDeviceGetMemoryInfo", handle, version, quiet=True, variant="_v2")
+            if mem is not None:
+                return mem
+        return nvml.query("nvmlDeviceGetMemoryInfo", handle, problems=problems, what="memory")
 
     def _temperature(self, handle: Any, problems: Problems) -> float | None:
         # nvmlDeviceGetTemperatureV is the current call; drivers before R535 only have the old one

@@ -208,19 +208,24 @@ class Nvml:
         problems: Problems | None = None,
         what: str = "",
         quiet: bool = False,
+        variant: str = "",
     ) -> Any:
         """Call ``pynvml.<function>(*args)``; its value, or None with the reason added to `problems`.
 
         `what` names the value in the note ("power draw: not supported on this GPU"). With `quiet`,
         "does not exist here" failures (not supported, not found, function missing) add no note.
         GPU_IS_LOST sets `problems.lost`; codes meaning the driver went away invalidate the context.
+        `variant` names a form of the call that the driver may lack on its own (pynvml maps
+        ``nvmlDeviceGetMemoryInfo(h, nvmlMemory_v2)`` to another C function): a missing variant is
+        remembered under ``function + variant``, so the plain form stays usable.
         """
+        key = function + variant
         with self._lock:
             if not self._initialized or _pynvml is None:
                 if problems is not None and self._failure:
                     problems.add(self._failure)
                 return None
-            if function in self._missing:
+            if key in self._missing:
                 if problems is not None and not quiet:
                     problems.add(self._labelled(what, _missing_function_text(function)))
                 return None
@@ -238,7 +243,7 @@ class Nvml:
                     exc, getattr(_pynvml, "NVMLLibraryMismatchError", ())
                 )
                 if missing:
-                    self._missing.add(function)
+                    self._missing.add(key)
                 if problems is not None:
                     if code == _GPU_IS_LOST:
                         problems.lost = True
@@ -256,6 +261,11 @@ class Nvml:
             if isinstance(value, bytes):
                 value = value.decode("utf-8", errors="replace")
             return value
+
+    @staticmethod
+    def constant(name: str) -> Any:
+        """A constant of the bindings (e.g. ``nvmlMemory_v2``); None when they lack it or are absent."""
+        return getattr(_pynvml, name, None) if _pynvml is not None else None
 
     @staticmethod
     def _labelled(what: str, text: str) -> str:

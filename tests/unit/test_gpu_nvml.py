@@ -75,6 +75,9 @@ class FakeGpu:
         self.errors: dict = kw.get("errors", {})
         self.lost = kw.get("lost", False)
         self.migs: list[FakeGpu | None] | None = kw.get("migs")  # None: MIG not supported
+        # The driver's own reservation: the v1 memory call counts it as used, v2 reports it apart
+        self.reserved = kw.get("reserved", 0)
+        self.has_memory_v2 = kw.get("has_memory_v2", True)  # False: a driver before R510
 
 
 class FakeDriver:
@@ -141,10 +144,17 @@ class FakeDriver:
     def _nvmlDeviceGetUUID(self, g):
         return self._answer(g, "nvmlDeviceGetUUID", g.uuid)
 
-    def _nvmlDeviceGetMemoryInfo(self, g):
-        return self._answer(
-            g, "nvmlDeviceGetMemoryInfo", SimpleNamespace(total=g.total, used=g.used, free=g.total - g.used)
-        )
+    def _nvmlDeviceGetMemoryInfo(self, g, version=None):
+        free = g.total - g.used - g.reserved
+        if version is None:
+            return self._answer(
+                g, "nvmlDeviceGetMemoryInfo", SimpleNamespace(total=g.total, used=g.used + g.reserved, free=free)
+            )
+        assert version == pynvml.nvmlMemory_v2
+        if not g.has_memory_v2:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        memory = SimpleNamespace(total=g.total, reserved=g.reserved, used=g.used, free=free)
+        return self._answer(g, "nvmlDeviceGetMemoryInfo", memory)
 
     def _nvmlDeviceGetUtilizationRates(self, g):
         return self._answer(
@@ -421,6 +431,31 @@ def test_missing_functions_become_na_with_one_note(monkeypatch, clock):
     assert drv.calls["nvmlDeviceGetTemperatureV"] == 1  # a missing function is not asked again
     assert drv.calls["nvmlDeviceGetComputeRunningProcesses"] == 1
     assert drv.calls["nvmlDeviceGetTemperature"] == 3
+
+
+def test_memory_used_leaves_the_driver_reservation_out_like_nvidia_smi(monkeypatch, clock):
+    # R510+ drivers reserve some memory for themselves; nvidia-smi's "used" leaves it out (v2 call)
+    idle = FakeGpu(used=0, reserved=512 * 2**20)
+    drv = FakeDriver([idle]).install(monkeypatch)
+    gc = collector(clock)
+    dev = gc.collect().devices[0]
+    assert dev.mem_used_bytes == 0 and dev.mem_total_bytes == 80 * GIB
+    assert dev.notes == ()
+    gc.collect()
+    assert drv.calls["nvmlDeviceGetMemoryInfo"] == 2  # the v2 call each time, no v1 fallback
+
+
+def test_memory_falls_back_to_v1_on_a_driver_without_v2_silently(monkeypatch, clock):
+    old = FakeGpu(used=10 * GIB, reserved=512 * 2**20, has_memory_v2=False)
+    drv = FakeDriver([old]).install(monkeypatch)
+    gc = collector(clock)
+    dev = gc.collect().devices[0]
+    assert dev.mem_used_bytes == 10 * GIB + 512 * 2**20  # v1 counts the reservation: all it can say
+    assert dev.notes == ()
+    gc.collect()
+    gc.collect()
+    # v2 asked once, then remembered as missing; v1 asked every time
+    assert drv.calls["nvmlDeviceGetMemoryInfo"] == 1 + 3
 
 
 def test_not_supported_values_are_na(monkeypatch, clock):
