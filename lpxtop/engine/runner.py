@@ -246,6 +246,10 @@ class Engine:
                 log.warning("collect_once: gave up after %.0f s", timeout_s)
             # after the probes, so the port check knows what each endpoint's /v1/models serves
             await self._collect_host_and_ports()
+            if any(True for _ in self._gpu_snapshot.all_processes()) and self._endpoint_pids():
+                # the GPU was read before the port check said which PID serves which endpoint:
+                # read it again (about 1 ms) so its processes are joined to their endpoints
+                await self._collect_gpu()
         self._snapshot = self._build_snapshot()
         return self._snapshot
 

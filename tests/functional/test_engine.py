@@ -104,3 +104,24 @@ def test_a_server_that_refuses_stream_options_is_probed_without_it():
         # no usage chunk then: the count comes from the events, marked approximate
         assert view.probes_failed == 0 and view.output_tokens_approx
         assert view.output_tokens.p50 == 6
+
+
+def test_collect_once_joins_gpu_processes_to_the_endpoint_they_serve(monkeypatch):
+    """`lpxtop once` reads NVML before the port check has said which PID serves which endpoint; the
+    GPU's process list must still name the endpoint (it did not on a real H200). Only the pynvml
+    functions are fake: the sim, its listening socket, the port check and the join are real."""
+    import os
+
+    from lpxtop.engine.gpu import GpuCollector
+    from lpxtop.engine.ports import PortMonitor
+    from tests.unit.test_gpu_nvml import GIB, FakeDriver, FakeGpu, proc
+
+    # the sim runs in a thread of this process, so this PID is the one holding its port
+    FakeDriver([FakeGpu(compute=[proc(os.getpid(), 3 * GIB)])]).install(monkeypatch)
+    with start_sim_in_thread(SimConfig(model="m", ttft_ms=2, itl_ms=1)) as sim:
+        engine = Engine([endpoint(sim.url, name="a", model=None)], gpu=GpuCollector(), ports=PortMonitor())
+        snap = engine.collect_once(samples=1, timeout_s=30)
+    (port,) = snap.ports
+    assert port.pid == os.getpid() and port.endpoint == "a"
+    (process,) = snap.gpu.devices[0].processes
+    assert (process.pid, process.used_bytes, process.endpoint) == (os.getpid(), 3 * GIB, "a")
