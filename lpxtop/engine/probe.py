@@ -9,9 +9,11 @@ exception escapes except cancellation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
@@ -24,6 +26,9 @@ from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import Sample
 
 MAX_ERROR_BODY = 8192
+# After [DONE]: how much more of the body, and for how long, to read so the connection can be reused
+DRAIN_MAX_BYTES = 65536
+DRAIN_TIMEOUT_S = 0.5
 MAX_MESSAGE = 200
 
 
@@ -201,7 +206,8 @@ async def _stream(
         if response.status_code != 200:
             await _raise_http_error(response)
         parser = SseParser()
-        async for chunk in response.aiter_raw():
+        chunks = response.aiter_raw()
+        async for chunk in chunks:
             t_ns = time.perf_counter_ns()  # the moment the bytes arrived, before any parsing
             had_token = bool(m.token_ns)
             for event in parser.feed(chunk, t_ns):
@@ -217,6 +223,12 @@ async def _stream(
         else:
             for event in parser.close(time.perf_counter_ns()):
                 _handle_event(event.data, event.t_ns, m, response.status_code)
+        if m.done:
+            # [DONE] is in: the measurement is complete. Read the body's end (the chunked encoding's
+            # last chunk) so the connection goes back to the pool instead of being closed: otherwise
+            # every probe pays a new TCP connection, on both sides.
+            watchdog.disarm()
+            await _drain(chunks)
         if not m.done and m.finish_reason is None:
             raise _ProbeError(
                 "stream_cut",
@@ -226,6 +238,20 @@ async def _stream(
         return response.status_code
     finally:
         await response.aclose()
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read what is left of a body, briefly and boundedly; give up quietly (the connection is then closed)."""
+
+    async def rest() -> None:
+        left = DRAIN_MAX_BYTES
+        async for part in chunks:
+            left -= len(part)
+            if left <= 0:
+                return
+
+    with contextlib.suppress(asyncio.TimeoutError, httpx.HTTPError, OSError):
+        await asyncio.wait_for(rest(), DRAIN_TIMEOUT_S)
 
 
 async def _raise_http_error(response: httpx.Response) -> None:

@@ -73,3 +73,22 @@ async def test_completions_api():
         ttft_err, _ = fidelity_errors([sample], sim.server)
     assert sample.ok and sample.output_tokens == 8
     assert abs(ttft_err[0]) < TOLERANCE_MS
+
+
+async def test_probes_reuse_one_connection():
+    """After [DONE] the probe reads the body's end, so the pooled connection is reused: a new TCP
+    connection per probe would cost CPU on both sides and is not what a client with a pool does."""
+    import psutil
+
+    with start_sim_in_thread(SimConfig(model="m", ttft_ms=2, itl_ms=1)) as sim:
+        local_ports: set[int] = set()
+        async with httpx.AsyncClient() as client:
+            for _ in range(5):
+                sample = await run_probe(client, endpoint(sim.url, max_tokens=6))
+                assert sample.ok, sample.error_text
+                local_ports |= {
+                    c.laddr.port
+                    for c in psutil.Process().net_connections("tcp")
+                    if c.raddr and c.raddr.port == sim.port and c.status == psutil.CONN_ESTABLISHED
+                }
+    assert len(local_ports) == 1, local_ports
