@@ -11,6 +11,7 @@ import httpx
 import psutil
 import pytest
 
+from lpxtop.engine import procinfo
 from lpxtop.engine.ports import PortMonitor
 from lpxtop.model.endpoint import EndpointConfig
 from tests.functional.simhelpers import free_port
@@ -156,9 +157,18 @@ def test_two_reuseport_listeners_are_multiple(children):
     assert f"PID {a.pid}" in st.detail and f"PID {b.pid}" in st.detail and "SO_REUSEPORT" in st.detail
 
 
-def _hide_socket_owners(monkeypatch):
+def _psutil_path(monkeypatch, tmp_path):
+    """No sock_diag and a /proc without net tables (macOS, a sandbox): scan_listeners() takes psutil's
+    path, which the tests below then bend. The Linux path is tested with real users in
+    test_ports_listeners.py."""
+    no_tables = procinfo.ListenerScanner(proc=str(tmp_path), netlink=False)
+    monkeypatch.setattr(procinfo, "_LISTENERS", no_tables)
+
+
+def _hide_socket_owners(monkeypatch, tmp_path):
     # Tests run as root, so the kernel shows every socket's owner. A normal user sees pid=None for
     # other users' sockets: reproduce exactly that at the lowest layer, psutil's own table.
+    _psutil_path(monkeypatch, tmp_path)
     real = psutil.net_connections
 
     def without_pids(kind="inet"):
@@ -167,10 +177,10 @@ def _hide_socket_owners(monkeypatch):
     monkeypatch.setattr(psutil, "net_connections", without_pids)
 
 
-def test_hidden_owner_as_a_normal_user(children, monkeypatch):
+def test_hidden_owner_as_a_normal_user(children, monkeypatch, tmp_path):
     port = free_port()
     children.sim(port, "sim-hidden")
-    _hide_socket_owners(monkeypatch)
+    _hide_socket_owners(monkeypatch, tmp_path)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)  # not root: the advice is to run as root
     st = only(PortMonitor().collect([endpoint(port)])[0])
     assert st.status == "unknown_owner"
@@ -178,18 +188,19 @@ def test_hidden_owner_as_a_normal_user(children, monkeypatch):
     assert st.pid is None
 
 
-def test_hidden_owner_as_root(children, monkeypatch):
+def test_hidden_owner_as_root(children, monkeypatch, tmp_path):
     port = free_port()
     children.sim(port, "sim-hidden-root")
-    _hide_socket_owners(monkeypatch)
+    _hide_socket_owners(monkeypatch, tmp_path)
     st = only(PortMonitor().collect([endpoint(port)])[0])
     assert st.status == "unknown_owner"
     assert "lpxtop cannot see" in st.detail
 
 
-def test_refused_socket_table_falls_back_to_per_process_scan(children, monkeypatch):
+def test_refused_socket_table_falls_back_to_per_process_scan(children, monkeypatch, tmp_path):
     port = free_port()
     proc = children.sim(port, "sim-fallback")
+    _psutil_path(monkeypatch, tmp_path)
 
     def refused(kind="inet"):
         raise psutil.AccessDenied()  # what macOS / hardened kernels do for non-root users
@@ -201,10 +212,11 @@ def test_refused_socket_table_falls_back_to_per_process_scan(children, monkeypat
     assert st.status == "ok" and st.pid == proc.pid
 
 
-def test_everything_refused_falls_back_to_connect(children, monkeypatch):
+def test_everything_refused_falls_back_to_connect(children, monkeypatch, tmp_path):
     port = free_port()
     children.sim(port, "sim-connect")
     down_port = free_port()
+    _psutil_path(monkeypatch, tmp_path)
 
     def refused(*args, **kwargs):
         raise psutil.AccessDenied()

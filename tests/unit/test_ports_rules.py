@@ -7,10 +7,12 @@ import pytest
 from lpxtop.engine.ports import model_matches
 from lpxtop.engine.procinfo import (
     ProcInfo,
+    TcpListenRow,
     format_age,
     format_bytes,
     is_local_host,
     match_server,
+    parse_proc_net_tcp,
     ports_in_cmdline,
     program_line,
     redact_argv,
@@ -225,3 +227,53 @@ def test_records_keep_their_json_keys():
     lo = LeftoverProcess(5, "n", "root", "c", "r", gpu_used_bytes=3)
     assert {"pid", "name", "user", "cmdline", "reason", "gpu_used_bytes"} <= set(lo.to_json())
     assert st.to_json()["pids"] == [] and lo.to_json()["zombie"] is False
+
+
+# /proc/net/tcp6 as an x86-64 (little-endian) kernel prints it: each 32-bit word of the address is a
+# host-order integer. Rows: ::1:8000, [::]:22, ::ffff:127.0.0.1:8011 and 2001:db8::1:30000 listening;
+# an established connection and a TIME_WAIT (inode 0), which are not listeners.
+PROC_NET_TCP6 = """\
+  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000001000000:1F40 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 48213 1 0000000000000000 100 0 0 10 0
+   1: 00000000000000000000000000000000:0016 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 17654 1 0000000000000000 100 0 0 10 0
+   2: 0000000000000000FFFF00000100007F:1F4B 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 48250 1 0000000000000000 100 0 0 10 0
+   3: B80D0120000000000000000001000000:7530 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 51000 1 0000000000000000 100 0 0 10 0
+   4: 00000000000000000000000001000000:1F40 00000000000000000000000001000000:C822 01 00000000:00000000 00:00000000 00000000  1000        0 49999 1 0000000000000000 20 4 30 10 -1
+   5: 00000000000000000000000001000000:C823 00000000000000000000000001000000:1F40 06 00000000:00000000 03:00001770 00000000     0        0 0 3 0000000000000000
+"""
+
+
+def test_parse_proc_net_tcp6_keeps_listeners_only():
+    assert parse_proc_net_tcp(PROC_NET_TCP6, byteorder="little") == [
+        TcpListenRow("::1", 8000, uid=1000, inode=48213),
+        TcpListenRow("::", 22, uid=0, inode=17654),
+        TcpListenRow("::ffff:127.0.0.1", 8011, uid=1000, inode=48250),
+        TcpListenRow("2001:db8::1", 30000, uid=0, inode=51000),
+    ]
+
+
+def test_parse_proc_net_tcp_ipv4_either_byte_order():
+    header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    row = "   0: {}:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000   998        0 7001 1 0\n"
+    assert parse_proc_net_tcp(header + row.format("0101A8C0"), byteorder="little") == [
+        TcpListenRow("192.168.1.1", 8080, uid=998, inode=7001)
+    ]
+    assert parse_proc_net_tcp(header + row.format("C0A80101"), byteorder="big") == [
+        TcpListenRow("192.168.1.1", 8080, uid=998, inode=7001)
+    ]
+    assert parse_proc_net_tcp(header) == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000",  # cut short
+        # a 5-byte address
+        "   0: 0100007F00:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 7001",
+        "   0: 0100007F:XYZ 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 7001",
+    ],
+)
+def test_parse_proc_net_tcp_refuses_what_it_cannot_read(line):
+    # scan_listeners() then falls back to psutil rather than report a wrong address
+    with pytest.raises(ValueError):
+        parse_proc_net_tcp("header\n" + line + "\n")
