@@ -296,8 +296,19 @@ class Engine:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     def _client(self) -> httpx.AsyncClient:
+        """The one client of probes, scrapes and discovery; reads go through lpxtop's asyncio backend.
+
+        The transport is what httpx.AsyncClient(limits=..., trust_env=False) would build itself; only
+        its network backend is swapped (see netbackend.py: anyio's per-read cost), when httpx allows.
+        """
+        from lpxtop.engine.netbackend import use_asyncio_backend  # here: this method is the only user
+
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=32, keepalive_expiry=30)
-        return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(30.0), follow_redirects=False, trust_env=False)
+        transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
+        use_asyncio_backend(transport)
+        return httpx.AsyncClient(
+            transport=transport, timeout=httpx.Timeout(30.0), follow_redirects=False, trust_env=False
+        )
 
     def _add_state(self, config: EndpointConfig) -> _EndpointState:
         if config.name in self._states:
