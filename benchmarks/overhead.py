@@ -421,7 +421,10 @@ def measure_one(tool: str, args, tmux: Tmux, sims: Sims, workdir: Path, python: 
             m.status = "skipped: tmux is not installed"
             return m
         log(f"measuring lpxtop dashboard ({secs}) ...")
-        command = shlex.join([python, "-m", "lpxtop", *sims.urls, "--no-discover"])
+        extra = shlex.split(args.lpxtop_args)
+        if extra:
+            m.note += f", with {args.lpxtop_args}"
+        command = shlex.join([python, "-m", "lpxtop", *sims.urls, "--no-discover", *extra])
         run_in_tmux(tmux, m, "lpxtop", command, REPO, args, sims)
     elif tool == "engine":
         m = Measurement("lpxtop engine only", __version__, note="no UI: build_engine() in a child")
@@ -543,6 +546,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="comma-separated rows to measure, in order (default: all)")
     parser.add_argument("--peer-venv", metavar="PATH", default=None,
                         help="venv holding vllm-mon / vllm-htop (default: PATH, ./bench-venv, $LPXTOP_PEER_VENV)")
+    parser.add_argument("--lpxtop-args", default="", metavar="ARGS",
+                        help="extra options for the dashboard row, e.g. '--interval 10 --refresh 2', to measure "
+                        "what other settings cost (the target is judged at the defaults)")
     parser.add_argument("--json", action="store_true", help="print JSON (with the 1-s samples) instead of a table")
     args = parser.parse_args(argv)
     if not 1 <= args.seconds <= 3600:
