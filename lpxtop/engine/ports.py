@@ -153,6 +153,7 @@ class PortMonitor:
         base = {"endpoint": ep.name, "host": ep.host, "served_models": models, "expected_model": ep.model}
         visible = list(dict.fromkeys(ls.pid for ls in listeners if ls.pid is not None))
         hidden = any(ls.pid is None for ls in listeners)
+        hidden_uid = next((ls.uid for ls in listeners if ls.pid is None and ls.uid is not None), None)
 
         if not visible and not hidden:
             # The socket table may miss a listener (refused table, another network namespace): a plain
@@ -175,7 +176,8 @@ class PortMonitor:
                 **base,
             )
         if not visible:
-            return PortStatus(port, "unknown_owner", _hidden_owner(port), **base)
+            user = user_name(hidden_uid)
+            return PortStatus(port, "unknown_owner", _hidden_owner(port, user), user=user, **base)
 
         groups = _group_listeners(visible, table)
         mains = [g[0] for g in groups]
@@ -432,10 +434,24 @@ def _is_worker(info: ProcInfo | None) -> bool:
     return server is not None and server.worker
 
 
-def _hidden_owner(port: int) -> str:
+def _hidden_owner(port: int, user: str | None = None) -> str:
     if is_root():
         return f"port {port} is held by a process lpxtop cannot see (another container or network namespace?)"
+    if user is not None:
+        return f"port {port} is held by a process of user {user} (run as root to see which)"
     return f"port {port} is held by another user's process (run as root to see which)"
+
+
+def user_name(uid: int | None) -> str | None:
+    """The login name of `uid` ("uid 1001" when it has none here); None for None."""
+    if uid is None:
+        return None
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return f"uid {uid}"
 
 
 def _describe(info: ProcInfo | None, now: float) -> str:

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import psutil
@@ -269,11 +269,16 @@ def descendants(pid: int, kids: Mapping[int, list[int]], limit: int = 4096) -> l
 
 @dataclass(frozen=True)
 class Listener:
-    """One listening TCP socket. `pid` is None when the owner is hidden from us (another user's process)."""
+    """One listening TCP socket. `pid` is None when the owner is hidden from us (another user's process).
+
+    `uid` is who created the socket as the kernel records it (sock_diag, /proc/net/tcp), None where
+    psutil was asked; it names the user when the PID is hidden, and takes no part in comparisons.
+    """
 
     ip: str
     port: int
     pid: int | None
+    uid: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -491,7 +496,7 @@ class ListenerScanner:
             by_port: dict[int, list[Listener]] = {}
             for row in rows:
                 owner = self._owners.get(row.inode)
-                listener = Listener(row.ip, row.port, owner[0] if owner else None)
+                listener = Listener(row.ip, row.port, owner[0] if owner else None, row.uid)
                 by_port.setdefault(row.port, []).append(listener)
             return ListenScan({p: tuple(ls) for p, ls in by_port.items()}, complete=True)
 

@@ -264,7 +264,7 @@ def as_nobody(work: Callable[[], object], timeout_s: float = 30.0) -> object:
 
 def test_non_root_sees_its_own_listeners_and_not_roots(new_scanner):
     """As psutil does for a normal user: another user's listener has pid None, one's own has its PID,
-    and the port check says to run as root."""
+    and the port check names the socket's user and says to run as root."""
     with listening() as root_sock:
         root_port = root_sock.getsockname()[1]
 
@@ -285,6 +285,7 @@ def test_non_root_sees_its_own_listeners_and_not_roots(new_scanner):
                     "psutil": sorted(psutil_view(ports)),
                     "status": status.status,
                     "detail": status.detail,
+                    "user": status.user,
                 }
 
         seen = as_nobody(work)
@@ -293,7 +294,9 @@ def test_non_root_sees_its_own_listeners_and_not_roots(new_scanner):
     assert {tuple(x) for x in seen["proc"]} == {("127.0.0.1", root_port, None), own}
     assert seen["proc"] == seen["psutil"]
     assert seen["status"] == "unknown_owner"
-    assert seen["detail"] == f"port {root_port} is held by another user's process (run as root to see which)"
+    # the kernel's socket table says whose socket it is, though not which process holds it
+    assert seen["detail"] == f"port {root_port} is held by a process of user root (run as root to see which)"
+    assert seen["user"] == "root"
 
 
 def test_unfound_owner_is_looked_for_again_after_recheck(new_scanner):
