@@ -184,11 +184,13 @@ async def test_connect_timeout():
         assert asyncio.current_task().cancelling() == 0, "the timer's cancellation was undone"
 
 
-async def test_read_timeout_on_a_server_that_never_answers():
-    async def silent(reader, writer):
-        await reader.read()  # until the client hangs up, answering nothing
-        writer.close()
+async def silent(reader, writer):
+    """A raw server's handler that answers nothing until the client hangs up."""
+    await reader.read()
+    writer.close()
 
+
+async def test_read_timeout_on_a_server_that_never_answers():
     async with raw_server(silent) as port:
         stream = await AsyncioBackend().connect_tcp("127.0.0.1", port, timeout=1.0)
         began = time.monotonic()
@@ -254,10 +256,6 @@ async def test_a_reset_connection_is_a_read_error_and_a_closed_one_reads_empty()
 
 
 async def test_an_outside_cancellation_of_a_read_propagates(sim):
-    async def silent(reader, writer):
-        await reader.read()  # until the client hangs up, answering nothing
-        writer.close()
-
     async with raw_server(silent) as port:
         stream = await AsyncioBackend().connect_tcp("127.0.0.1", port)
         task = asyncio.ensure_future(stream.read(1024, timeout=3.0))
@@ -460,10 +458,6 @@ async def test_tls_against_a_plain_http_server(sim):
 
 
 async def test_tls_handshake_timeout():
-    async def silent(reader, writer):
-        await reader.read()  # until the client hangs up, answering nothing
-        writer.close()
-
     async with raw_server(silent) as port:
         stream = await AsyncioBackend().connect_tcp("127.0.0.1", port)
         began = time.monotonic()

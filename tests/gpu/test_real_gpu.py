@@ -29,6 +29,7 @@ from lpxtop.engine.alerts import AlertRules
 from lpxtop.engine.gpu import GpuCollector
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.snapshot import Snapshot
+from tests.functional.simhelpers import free_port
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(240)]
 
@@ -48,14 +49,6 @@ def collector() -> Iterator[GpuCollector]:
         pytest.skip(f"no NVIDIA GPU here: {snap.status}")
     yield gc
     gc.close()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -216,6 +209,7 @@ async def test_dashboard_shows_the_real_gpu_and_who_holds_it(collector: GpuColle
     from lpxtop.model.endpoint import EndpointConfig
     from lpxtop.ui.app import create_app
     from lpxtop.ui.widgets.gpu_panel import GpuPanel
+    from tests.functional.test_ui_support import text_of
 
     name = collector.collect().devices[0].name
     port = free_port()
@@ -228,8 +222,7 @@ async def test_dashboard_shows_the_real_gpu_and_who_holds_it(collector: GpuColle
                 text = ""
                 for _ in range(60):  # at most ~30 s
                     await pilot.pause(0.5)
-                    content = panel.content
-                    text = content.plain if hasattr(content, "plain") else str(content)
+                    text = text_of(panel)
                     snap = engine.snapshot()
                     if str(holder.pid) in text and snap.endpoints and snap.endpoints[0].probes_ok >= 5:
                         break
