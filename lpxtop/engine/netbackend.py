@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import select
 import ssl
 import sys
 from collections.abc import Iterable
@@ -275,11 +276,27 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         if info == "socket":
             return self._transport.get_extra_info("socket")
         if info == "is_readable":
-            # The transport reads the socket as data comes, so ask the buffer, not the socket. httpcore
-            # asks this of idle keep-alive connections: anything readable there means the server hung up.
+            # httpcore asks this of idle keep-alive connections: anything readable there means the server
+            # hung up. The transport reads the socket as data comes, so ask the buffer first; then the
+            # socket itself, since a hang-up the event loop has not polled yet is only in the kernel.
             protocol = self._protocol
-            return bool(protocol.buffer) or protocol.eof or protocol.lost
+            if protocol.buffer or protocol.eof or protocol.lost:
+                return True
+            return _socket_readable(self._transport.get_extra_info("socket"))
         return None
+
+
+def _socket_readable(sock: Any) -> bool:
+    """Whether a recv() on `sock` would return at once (data or end of stream); True without a socket."""
+    fileno = sock.fileno() if sock is not None else -1
+    if fileno < 0:
+        return True
+    try:
+        poller = select.poll()
+    except AttributeError:  # no poll() (Windows)
+        return bool(select.select([fileno], [], [], 0)[0])
+    poller.register(fileno, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _connect_error(exc: OSError) -> httpcore.ConnectError | httpcore.ConnectTimeout:

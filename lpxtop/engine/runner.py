@@ -116,6 +116,11 @@ class _EndpointState:
         return self.config.server_kind or "unknown"
 
 
+def _passing_failure(status: str) -> bool:
+    """A scrape failure that may well not happen again (unlike a server without /metrics)."""
+    return status.startswith("error:") or "timed out" in status
+
+
 class Engine:
     """Runs every collector on a background thread and publishes Snapshots."""
 
@@ -237,6 +242,10 @@ class Engine:
                         await asyncio.sleep(min(0.2, state.config.interval_s))
                 if state.scraper is not None:
                     await self._scrape(state, client)
+                    if state.server is not None and _passing_failure(state.server.status):
+                        # one answer decides the report: a passing failure gets one more try
+                        await asyncio.sleep(0.5)
+                        await self._scrape(state, client)
 
             try:
                 await asyncio.wait_for(
@@ -409,6 +418,8 @@ class Engine:
         except Exception as exc:  # noqa: BLE001
             log.exception("scrape of %s failed unexpectedly", state.config.name)
             metrics = ServerMetrics(status=f"error: {type(exc).__name__}: {exc}")
+        if metrics.status != "ok" and (state.server is None or state.server.status != metrics.status):
+            log.info("metrics of %s: %s", state.config.name, metrics.status)
         state.server = metrics
         if metrics.status == "ok":
             state.window.add_server_point(metrics, time.time())

@@ -219,10 +219,17 @@ class ServerScraper:
     async def _get(
         self, client: httpx.AsyncClient, url: str, limit: int, what: str
     ) -> _Answer | ServerMetrics:
-        """GET with a per-operation timeout and an overall deadline; failures come back as ServerMetrics."""
+        """GET with a per-operation timeout and an overall deadline; failures come back as ServerMetrics.
+
+        A GET that the server drops without an answer (a keep-alive connection it closed just as it
+        was reused: llama.cpp closes idle ones after 5 s) is sent once more, on a new connection.
+        """
         try:
-            # httpx's timeout is per read; the overall deadline also stops a server that trickles bytes.
-            return await asyncio.wait_for(self._read(client, url, limit), self.timeout_s + 0.5)
+            try:
+                # httpx's timeout is per read; the overall deadline also stops a server that trickles bytes.
+                return await asyncio.wait_for(self._read(client, url, limit), self.timeout_s + 0.5)
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+                return await asyncio.wait_for(self._read(client, url, limit), self.timeout_s + 0.5)
         except (asyncio.TimeoutError, TimeoutError, httpx.TimeoutException):
             return self._failed(f"no {what}: timed out after {self.timeout_s:g} s ({_where(url)})")
         except httpx.ConnectError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 
 from lpxtop.engine.runner import Engine, EngineSettings
 from lpxtop.sim.config import SimConfig
@@ -125,3 +126,42 @@ def test_collect_once_joins_gpu_processes_to_the_endpoint_they_serve(monkeypatch
     assert port.pid == os.getpid() and port.endpoint == "a"
     (process,) = snap.gpu.devices[0].processes
     assert (process.pid, process.used_bytes, process.endpoint) == (os.getpid(), 3 * GIB, "a")
+
+
+def test_collect_once_gives_a_failed_last_scrape_one_more_try():
+    """`once` reports what the last scrape saw: one passing failure there (an HTTP 500 here) must not
+    blank the server's figures. Real sockets: the sim answers the probes, a stdlib server /metrics."""
+    import http.server
+
+    from lpxtop.engine.servers import ServerScraper
+
+    page = (Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
+            / "llamacpp-server-0c1e5709-local-capture-after-load.txt").read_bytes()
+    hits: list[int] = []
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            hits.append(1)
+            code, body = (500, b"busy") if len(hits) == 2 else (200, page)  # the second scrape fails
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    metrics = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=metrics.serve_forever, daemon=True).start()
+    try:
+        with start_sim_in_thread(SimConfig(model="m", ttft_ms=2, itl_ms=1)) as sim:
+            ep = endpoint(sim.url, model="m", metrics_url=f"http://127.0.0.1:{metrics.server_port}/metrics")
+            snap = Engine([ep], scraper_factory=ServerScraper).collect_once(samples=1, timeout_s=30)
+    finally:
+        metrics.shutdown()
+        metrics.server_close()
+    server = snap.endpoints[0].server
+    assert len(hits) == 3
+    assert server is not None and (server.status, server.kind) == ("ok", "llamacpp"), server
+    assert server.requests_running is not None

@@ -14,6 +14,7 @@ import ssl
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -378,6 +379,32 @@ async def test_extra_info():
         assert stream.get_extra_info("is_readable") is True
         assert stream.get_extra_info("something else") is None
         await stream.aclose()
+
+
+async def test_a_hangup_the_loop_has_not_read_yet_makes_the_connection_readable():
+    """httpcore asks `is_readable` of an idle connection right before reusing it, possibly before the
+    event loop has polled the server's hang-up: the kernel's socket must be asked too. The server is a
+    thread, and the test blocks the loop (time.sleep) while the hang-up arrives."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def accept_read_close() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(1)
+
+    server = threading.Thread(target=accept_read_close, daemon=True)
+    server.start()
+    try:
+        stream = await AsyncioBackend().connect_tcp("127.0.0.1", port, timeout=5.0)
+        await stream.write(b"x")
+        server.join(5.0)
+        time.sleep(0.1)  # blocks the loop: the hang-up is in the kernel, not yet in the protocol
+        assert stream._protocol.eof is False and stream._protocol.lost is False
+        assert stream.get_extra_info("is_readable") is True
+        await stream.aclose()
+    finally:
+        listener.close()
 
 
 @pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="no Unix sockets")

@@ -26,7 +26,8 @@ TOP_KEYS = {"schema", "lpxtop", "host", "time", "endpoints", "gpus", "gpu_status
 def run_once(tmp_path: Path, *args: str) -> tuple[int, dict, str]:
     """Run `python -m lpxtop once --json ARGS` with no user config; (exit code, parsed stdout, stderr)."""
     import_lpxtop("lpxtop.cli", "main")
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"), "NO_COLOR": "1"}
+    # LPXTOP_LOG=INFO: stderr then says what each failed scrape answered, for the messages below
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"), "NO_COLOR": "1", "LPXTOP_LOG": "INFO"}
     done = subprocess.run(
         [sys.executable, "-m", "lpxtop", "once", "--json", *args],
         capture_output=True,
@@ -80,8 +81,9 @@ def test_once_json_reports_both_real_servers(vllm_server, llama_server, tmp_path
         assert latency["e2e"]["p50"] >= latency["ttft"]["p50"]
         assert e["output_tokens"]["max"] >= 1
         assert e["server"] is not None, e
-        assert e["server"]["requests_running"] is not None, e["server"]
-        assert e["server"]["requests_waiting"] is not None, e["server"]
+        assert e["server"]["status"] == "ok", f"{json.dumps(e['server'])}\n{stderr[-3000:]}"
+        assert e["server"]["requests_running"] is not None, json.dumps(e["server"])
+        assert e["server"]["requests_waiting"] is not None, json.dumps(e["server"])
     assert by_port(report, vllm_server.port)["server"]["kv_cache_usage"] is not None
     # llama.cpp removed its KV-cache gauge: shown as "--", never 0.
     assert by_port(report, llama_server.port)["server"]["kv_cache_usage"] is None

@@ -282,3 +282,48 @@ async def test_probe_kind() -> None:
             assert await probe_kind(client, endpoint(origin)) == "llamacpp"
         async with serve({}) as origin:
             assert await probe_kind(client, endpoint(origin)) is None
+
+
+@contextlib.asynccontextmanager
+async def dropping_server(answer_from: int, body: str) -> AsyncIterator[tuple[str, list[int]]]:
+    """A raw loopback server that reads each request and hangs up without an answer on its first
+    `answer_from - 1` connections (a keep-alive connection the server closed as it was reused), then
+    answers with `body`; yields (origin, connection numbers seen)."""
+    seen: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(len(seen) + 1)
+        with contextlib.suppress(ConnectionError):
+            await reader.readuntil(b"\r\n\r\n")
+            if seen[-1] >= answer_from:
+                data = body.encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                    + f"Content-Length: {len(data)}\r\n\r\n".encode()
+                    + data
+                )
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", seen
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_dropped_scrape_is_sent_once_more() -> None:
+    body = capture("llamacpp-server-0c1e5709-local-capture-after-load.txt")
+    async with dropping_server(2, body) as (origin, seen), http_client() as client:
+        m = await ServerScraper(endpoint(origin)).scrape(client)
+    assert (m.status, m.kind) == ("ok", "llamacpp"), m.status
+    assert seen == [1, 2]
+
+
+async def test_a_server_that_always_drops_is_an_error_after_two_tries() -> None:
+    async with dropping_server(99, "") as (origin, seen), http_client() as client:
+        m = await ServerScraper(endpoint(origin)).scrape(client)
+    assert m.status.startswith("error: /metrics request failed (RemoteProtocolError"), m.status
+    assert seen == [1, 2]
