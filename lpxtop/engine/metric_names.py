@@ -282,21 +282,28 @@ def keep_families(text: str, families: frozenset[str]) -> str:
     for line in text.splitlines():
         if line.startswith("#"):
             parts = line.split(None, 3)
-            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") and _belongs(parts[2], families):
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") and belongs(parts[2], families):
                 kept.append(line)
             continue
-        end = len(line)
-        for stop in ("{", " ", "\t"):
-            at = line.find(stop)
-            if 0 <= at < end:
-                end = at
-        if end and _belongs(line[:end], families):
+        name = sample_name(line)
+        if name and belongs(name, families):
             kept.append(line)
     kept.append("")
     return "\n".join(kept)
 
 
-def _belongs(name: str, families: frozenset[str]) -> bool:
+def sample_name(line: str) -> str:
+    """The metric name a sample line starts with ("" for a line that does not start with one)."""
+    end = len(line)
+    for stop in ("{", " ", "\t"):
+        at = line.find(stop)
+        if 0 <= at < end:
+            end = at
+    return line[:end]
+
+
+def belongs(name: str, families: frozenset[str]) -> bool:
+    """Whether metric or sample `name` is one of `families` (or one of their _bucket, _total... samples)."""
     if name in families:
         return True
     return any(name.endswith(suffix) and name[: -len(suffix)] in families for suffix in _SAMPLE_SUFFIXES)

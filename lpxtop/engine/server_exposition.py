@@ -56,8 +56,13 @@ class Exposition:
                     labels = tuple(sorted((str(k), str(v)) for k, v in s.labels.items()))
                     samples.setdefault(s.name, []).append(Point(labels, value))
         except Exception as e:  # the parser raises ValueError, IndexError, TypeError... on bad input
-            raise NotPrometheusText(_short(e)) from None
+            raise NotPrometheusText(short_reason(e)) from None
         return cls(samples, families)
+
+    @property
+    def by_name(self) -> Mapping[str, list[Point]]:
+        """Every sample, by name, in the page's order."""
+        return self._samples
 
     @property
     def names(self) -> Iterable[str]:
@@ -112,6 +117,7 @@ def _spellings(name: str) -> tuple[str, ...]:
     return (name, name + "_total")
 
 
-def _short(e: Exception, limit: int = 80) -> str:
+def short_reason(e: BaseException, limit: int = 80) -> str:
+    """An exception's message on one line of at most `limit` characters."""
     text = str(e).strip().replace("\n", " ") or type(e).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -13,10 +13,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from lpxtop.engine.metric_names import BY_KIND, KindNames, family_names, keep_families
-from lpxtop.engine.server_exposition import Exposition, NotPrometheusText
+from lpxtop.engine.metric_names import BY_KIND, KindNames, family_names
+from lpxtop.engine.server_exposition import Exposition, NotPrometheusText, short_reason
 from lpxtop.engine.server_kinds import auth_headers, detect_kind, probe_kind
 from lpxtop.engine.server_ollama import looks_like_ps, ollama_metrics
+from lpxtop.engine.server_reparse import ReParser
 from lpxtop.engine.server_tracker import MetricsTracker
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.server import ServerMetrics
@@ -77,6 +78,7 @@ class ServerScraper:
         self._asked = False
         self._skip_until = 0.0
         self._inflight: asyncio.Future[ServerMetrics] | None = None
+        self._reparser: ReParser | None = None  # parses the known kind's families, page after page
 
     @property
     def last(self) -> ServerMetrics | None:
@@ -144,10 +146,14 @@ class ServerScraper:
     def _parse(self, answer: _Answer, scrape_ms: float, now: float, wall: float) -> ServerMetrics:
         text = answer.body.decode("utf-8", errors="replace")
         if self._names is not None:
-            # The kind is known: parse only the families its table reads. A page without them (another
-            # server took the port) falls through to a full parse and a fresh detection.
+            # The kind is known: parse only the families its table reads, and of those only the lines
+            # that changed since the last scrape. A page without them (another server took the port)
+            # falls through to a full parse and a fresh detection.
+            families = family_names(self._names)
+            if self._reparser is None or self._reparser.families is not families:
+                self._reparser = ReParser(families)
             try:
-                expo = Exposition.parse(keep_families(text, family_names(self._names)))
+                expo = self._reparser.parse(text)
             except NotPrometheusText:
                 expo = None
             if expo is not None and expo.families and (self._forced or detect_kind(expo) is self._names):
@@ -235,11 +241,11 @@ class ServerScraper:
         except httpx.ConnectError as e:
             if _refused(e):
                 return self._failed(f"no {what}: connection refused ({_where(url)})")
-            return self._failed(f"no {what}: cannot connect to {_where(url)} ({_short(e)})")
+            return self._failed(f"no {what}: cannot connect to {_where(url)} ({short_reason(e)})")
         except _TooLarge:
             return self._failed(f"error: {what} is larger than {limit // (1024 * 1024)} MiB")
         except (httpx.HTTPError, OSError) as e:
-            return self._failed(f"error: {what} request failed ({type(e).__name__}: {_short(e)})")
+            return self._failed(f"error: {what} request failed ({type(e).__name__}: {short_reason(e)})")
 
     async def _read(self, client: httpx.AsyncClient, url: str, limit: int) -> _Answer:
         timeout = httpx.Timeout(self.timeout_s)
@@ -306,8 +312,3 @@ def _where(url: str) -> str:
     parts = urlsplit(url)
     host = parts.hostname or "?"
     return f"{host}:{parts.port}" if parts.port else host
-
-
-def _short(e: BaseException, limit: int = 80) -> str:
-    text = str(e).strip().replace("\n", " ") or type(e).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -231,3 +231,23 @@ def test_histograms_observe_the_real_timings() -> None:
     # The e2e the engine saw ends before the body was written: it fits inside the record's times.
     wall = sum((r.events[-1][0] - r.t_received_ns) / 1e9 for r in records)
     assert 2 * (0.030 + 0.090) <= e2e_sum <= wall
+
+
+def test_pages_of_a_loaded_sim_reparse_as_they_parse_whole() -> None:
+    """The scraper re-parses only the lines that changed since its last scrape (server_reparse); on a
+    live page sequence under load it must read what prometheus_client reads from each page whole."""
+    from lpxtop.engine.metric_names import VLLM, family_names, keep_families
+    from lpxtop.engine.server_exposition import Exposition
+    from lpxtop.engine.server_reparse import ReParser
+
+    config = SimConfig(model="sim-test", ttft_ms=5, itl_ms=2, max_num_seqs=4, background_load=lambda t: 6)
+    families = family_names(VLLM)
+    parser = ReParser(families)
+    with start_sim_in_thread(config) as sim, httpx.Client(timeout=5) as client:
+        pages = []
+        for _ in range(6):
+            pages.append(client.get(sim.base_url + "/metrics").text)
+            time.sleep(0.3)
+    assert len(set(pages)) > 1  # the load moved something between scrapes
+    for text in pages:
+        assert dict(parser.parse(text).by_name) == dict(Exposition.parse(keep_families(text, families)).by_name)
