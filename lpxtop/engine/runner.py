@@ -8,6 +8,7 @@ Snapshots through `snapshot()`, an attribute read; commands (pause, reset, inter
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import socket
@@ -38,6 +39,7 @@ MAX_INTERVAL_S = 60.0
 PUBLISH_EVERY_S = 0.5
 VIEW_MAX_AGE_S = 10.0
 HEARTBEAT_S = 1.0
+WORKER_THREADS = 3  # asyncio.to_thread pool: GPU, host and ports, and the endpoints' /metrics parsing
 
 
 class Scraper(Protocol):
@@ -274,6 +276,11 @@ class Engine:
 
     def _thread_main(self) -> None:
         loop = asyncio.new_event_loop()
+        # asyncio.to_thread's pool (NVML, psutil, /metrics parsing): a few threads are enough, since each
+        # collector is single-flight, and each extra thread would keep a malloc arena of its own.
+        loop.set_default_executor(
+            concurrent.futures.ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="lpxtop-worker")
+        )
         self._loop = loop
         try:
             loop.run_until_complete(self._main())
