@@ -271,6 +271,16 @@ def family_names(names: KindNames) -> frozenset[str]:
     return frozenset(found)
 
 
+@functools.cache
+def histogram_names(names: KindNames) -> frozenset[str]:
+    """The latency histograms one kind's table reads (family names)."""
+    found: set[str] = set()
+    for value in vars(names).values():
+        if isinstance(value, Hist):
+            found.update(r.name for r in value.names)
+    return frozenset(found)
+
+
 def keep_families(text: str, families: frozenset[str]) -> str:
     """The lines of an exposition that belong to `families` (HELP/TYPE lines and samples).
 

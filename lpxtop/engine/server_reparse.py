@@ -36,26 +36,35 @@ _ALLOWED_SUFFIXES = {
 Parsed = tuple[str, Point] | None  # (sample name, point); None: a NaN sample, which carries no value
 
 
-class ReParser:
-    """Parses successive pages of one server, keeping only the families in `families`."""
+_DROP, _KEEP, _HISTOGRAM = 0, 1, 2
 
-    def __init__(self, families: frozenset[str]) -> None:
+
+class ReParser:
+    """Parses successive pages of one server, keeping only the families in `families`.
+
+    `parse(text, histograms=False)` also leaves out the families in `histograms` (the latency
+    histograms, most of a page's changing lines), for a scrape that needs only gauges and counters.
+    """
+
+    def __init__(self, families: frozenset[str], histograms: frozenset[str] = frozenset()) -> None:
         self.families = families
-        self._belongs: dict[str, bool] = {}
+        self.histograms = histograms
+        self._belongs: dict[str, int] = {}
         self._seen: dict[tuple[str, bool], Parsed] = {}
 
-    def parse(self, text: str) -> Exposition:
+    def parse(self, text: str, histograms: bool = True) -> Exposition:
         """The families' samples of `text`; raises NotPrometheusText as Exposition.parse does."""
+        wanted = _KEEP if histograms else _DROP  # what a histogram family's line counts as
         lines: list[tuple[str, bool]] = []  # the kept sample lines, in order: (line, counter-renamed)
         family_count = 0
         name, typ, allowed = "", "untyped", ()
         for line in text.splitlines():
             if line.startswith("#"):
                 parts = line.split(None, 3)
-                if len(parts) < 3 or parts[1] not in ("HELP", "TYPE") or not self._kept(parts[2]):
+                if len(parts) < 3 or parts[1] not in ("HELP", "TYPE") or not self._kept(parts[2], wanted):
                     continue
                 if parts[1] == "TYPE" and len(parts) < 4:
-                    return self._whole(text)  # prometheus_client rejects it: let it say why
+                    return self._whole(text, histograms)  # prometheus_client rejects it: let it say why
                 if parts[2] != name:
                     name, typ, family_count = parts[2], "untyped", family_count + 1
                     allowed = (name,)
@@ -64,7 +73,7 @@ class ReParser:
                     allowed = tuple(name + s for s in _ALLOWED_SUFFIXES.get(typ, ("",)))
                 continue
             sample = sample_name(line)
-            if not sample or not self._kept(sample):
+            if not sample or not self._kept(sample, wanted):
                 continue
             if sample not in allowed:  # prometheus_client makes it an untyped family of its own
                 name, typ, allowed = "", "untyped", ()
@@ -77,7 +86,7 @@ class ReParser:
         if new:
             parsed = _parse_lines(new)
             if parsed is None:  # not as expected, or a line the parser rejects: let it read the page
-                return self._whole(text)
+                return self._whole(text, histograms)
             seen.update(zip(new, parsed))
         samples: dict[str, list[Point]] = {}
         for key in lines:
@@ -88,17 +97,22 @@ class ReParser:
         self._seen = {key: seen[key] for key in lines}
         return Exposition(samples, family_count)
 
-    def _kept(self, name: str) -> bool:
-        kept = self._belongs.get(name)
-        if kept is None:
+    def _kept(self, name: str, histogram: int) -> bool:
+        kind = self._belongs.get(name)
+        if kind is None:
             if len(self._belongs) >= MAX_NAMES:
                 self._belongs.clear()
-            kept = self._belongs[name] = belongs(name, self.families)
-        return kept
+            if not belongs(name, self.families):
+                kind = _DROP
+            else:
+                kind = _HISTOGRAM if belongs(name, self.histograms) else _KEEP
+            self._belongs[name] = kind
+        return bool(histogram if kind == _HISTOGRAM else kind)
 
-    def _whole(self, text: str) -> Exposition:
+    def _whole(self, text: str, histograms: bool) -> Exposition:
         self._seen = {}
-        return Exposition.parse(keep_families(text, self.families))
+        families = self.families if histograms else self.families - self.histograms
+        return Exposition.parse(keep_families(text, families))
 
 
 def _parse_lines(keys: list[tuple[str, bool]]) -> list[Parsed] | None:

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from lpxtop.engine.metric_names import BY_KIND, KindNames, family_names
+from lpxtop.engine.metric_names import BY_KIND, KindNames, family_names, histogram_names
 from lpxtop.engine.server_exposition import Exposition, NotPrometheusText, short_reason
 from lpxtop.engine.server_kinds import auth_headers, detect_kind, probe_kind
 from lpxtop.engine.server_ollama import looks_like_ps, ollama_metrics
@@ -151,13 +151,14 @@ class ServerScraper:
             # falls through to a full parse and a fresh detection.
             families = family_names(self._names)
             if self._reparser is None or self._reparser.families is not families:
-                self._reparser = ReParser(families)
+                self._reparser = ReParser(families, histogram_names(self._names))
+            histograms = self.tracker.wants_histograms(now)
             try:
-                expo = self._reparser.parse(text)
+                expo = self._reparser.parse(text, histograms=histograms)
             except NotPrometheusText:
                 expo = None
             if expo is not None and expo.families and (self._forced or detect_kind(expo) is self._names):
-                metrics = self.tracker.update(expo, self._names, now, wall)
+                metrics = self.tracker.update(expo, self._names, now, wall, histograms=histograms)
                 return dataclasses.replace(metrics, scrape_ms=scrape_ms)
         try:
             expo = Exposition.parse(text)

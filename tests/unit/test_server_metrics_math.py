@@ -297,3 +297,41 @@ def test_history_stays_thin_and_the_window_still_slides() -> None:
     assert 200.0 < m.server_ttft_ms.p50 <= 500.0
     # about 300 s of requests at 10 per second, give or take the base's spacing (300 s / 40)
     assert 2900 <= m.server_ttft_ms.count <= 3000 + 10 * 300 / 40
+
+
+def test_histograms_are_read_every_10_s_and_stand_in_between() -> None:
+    from lpxtop.engine.metric_names import histogram_names
+    from lpxtop.engine.server_reparse import ReParser
+    from lpxtop.engine.server_tracker import HISTOGRAMS_EVERY_S
+
+    assert HISTOGRAMS_EVERY_S == 10.0
+    parser = ReParser(frozenset({"vllm:time_to_first_token_seconds", "vllm:generation_tokens_total",
+                                 "vllm:generation_tokens", "process_start_time_seconds"}),
+                      histogram_names(VLLM))
+    tracker = MetricsTracker(window_s=300.0)
+    pages = {0.0: (5, 5, 5, 5, 0), 2.0: (15, 45, 55, 55, 100), 4.0: (115, 145, 155, 155, 300),
+             10.0: (115, 145, 155, 155, 500), 12.0: (115, 145, 155, 155, 700)}
+    seen = {}
+    for now, (b01, b02, b05, inf, tokens) in pages.items():
+        wanted = tracker.wants_histograms(now)
+        expo = parser.parse(ttft(b01, b02, b05, inf) + gen_tokens(tokens), histograms=wanted)
+        assert expo.has("vllm:time_to_first_token_seconds_bucket") is wanted
+        seen[now] = (wanted, tracker.update(expo, VLLM, now, 1_000.0 + now, histograms=wanted))
+    assert [w for w, _ in seen.values()] == [True, True, False, False, True]  # 0 and 2 s, then 12 - 2 >= 10
+    # rates follow every scrape: (300 - 100) / 2 s, then 200 / 6 s, then 200 / 2 s
+    assert [m.generation_tokens_per_s for _, m in seen.values()][1:] == pytest.approx([50.0, 100.0, 200 / 6, 100.0])
+    # between reads the TTFT of the last read stands in (the delta 0 -> 2 s, as in the test above) ...
+    first_window = ServerLatency(p50=pytest.approx(150.0), p99=pytest.approx(485.0), count=50)
+    assert seen[2.0][1].server_ttft_ms == first_window
+    assert seen[4.0][1].server_ttft_ms == first_window and seen[10.0][1].server_ttft_ms == first_window
+    # ... and at 12 s the window 0 -> 12 s holds all 150 requests
+    assert seen[12.0][1].server_ttft_ms.count == 150
+
+
+def test_after_a_reset_the_next_two_scrapes_read_histograms() -> None:
+    tracker = MetricsTracker()
+    update(tracker, gen_tokens(1), now=0.0)
+    update(tracker, gen_tokens(2), now=2.0)
+    assert not tracker.wants_histograms(4.0)
+    tracker.reset_history()
+    assert tracker.wants_histograms(4.0)

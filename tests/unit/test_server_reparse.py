@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lpxtop.engine import server_reparse
-from lpxtop.engine.metric_names import KINDS, TGI, VLLM, family_names, keep_families
+from lpxtop.engine.metric_names import KINDS, TGI, VLLM, family_names, histogram_names, keep_families
 from lpxtop.engine.server_exposition import Exposition, NotPrometheusText
 from lpxtop.engine.server_reparse import ReParser
 
@@ -147,3 +147,21 @@ def test_names_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     expo = parser.parse("\n".join(lines) + "\n")
     assert [p.value for p in expo.by_name["vllm:num_requests_running"]] == [4.0]
     assert len(parser._belongs) <= 50
+
+
+@pytest.mark.parametrize("names", KINDS, ids=lambda k: k.kind)
+def test_histograms_left_out_on_request(names) -> None:
+    """A scrape between two histogram reads parses only gauges and counters; pages alternate here."""
+    families, histograms = family_names(names), histogram_names(names)
+    assert histograms <= families  # llama.cpp has none
+    parser = ReParser(families, histograms)
+    for capture in CAPTURES:
+        text = page(capture)
+        try:
+            whole(text, families)
+        except NotPrometheusText:
+            continue
+        for seed, with_histograms in enumerate((True, False, False, True, False)):
+            text = changed(text, seed)
+            expected = whole(text, families if with_histograms else families - histograms)
+            assert dict(parser.parse(text, histograms=with_histograms).by_name) == expected, (capture, seed)
