@@ -54,14 +54,13 @@ class ReParser:
 
     def parse(self, text: str, histograms: bool = True) -> Exposition:
         """The families' samples of `text`; raises NotPrometheusText as Exposition.parse does."""
-        wanted = _KEEP if histograms else _DROP  # what a histogram family's line counts as
         lines: list[tuple[str, bool]] = []  # the kept sample lines, in order: (line, counter-renamed)
         family_count = 0
         name, typ, allowed = "", "untyped", ()
         for line in text.splitlines():
             if line.startswith("#"):
                 parts = line.split(None, 3)
-                if len(parts) < 3 or parts[1] not in ("HELP", "TYPE") or not self._kept(parts[2], wanted):
+                if len(parts) < 3 or parts[1] not in ("HELP", "TYPE") or not self._kept(parts[2], histograms):
                     continue
                 if parts[1] == "TYPE" and len(parts) < 4:
                     return self._whole(text, histograms)  # prometheus_client rejects it: let it say why
@@ -73,7 +72,7 @@ class ReParser:
                     allowed = tuple(name + s for s in _ALLOWED_SUFFIXES.get(typ, ("",)))
                 continue
             sample = sample_name(line)
-            if not sample or not self._kept(sample, wanted):
+            if not sample or not self._kept(sample, histograms):
                 continue
             if sample not in allowed:  # prometheus_client makes it an untyped family of its own
                 name, typ, allowed = "", "untyped", ()
@@ -97,7 +96,7 @@ class ReParser:
         self._seen = {key: seen[key] for key in lines}
         return Exposition(samples, family_count)
 
-    def _kept(self, name: str, histogram: int) -> bool:
+    def _kept(self, name: str, histograms: bool) -> bool:
         kind = self._belongs.get(name)
         if kind is None:
             if len(self._belongs) >= MAX_NAMES:
@@ -107,7 +106,7 @@ class ReParser:
             else:
                 kind = _HISTOGRAM if belongs(name, self.histograms) else _KEEP
             self._belongs[name] = kind
-        return bool(histogram if kind == _HISTOGRAM else kind)
+        return kind == _KEEP or (kind == _HISTOGRAM and histograms)
 
     def _whole(self, text: str, histograms: bool) -> Exposition:
         self._seen = {}
