@@ -424,3 +424,31 @@ async def test_empty_snapshot_says_how_to_add_an_endpoint():
         assert "lpxtop http://127.0.0.1:8000/v1" in text and "--config" in text and "lpxtop demo" in text
         gpu = text_of(app.screen.query_one("#gpu-panel", Static))
         assert "unavailable: NVML library not found" in gpu
+
+
+async def test_ports_table_is_rebuilt_only_when_what_it_shows_changes():
+    """A listener's CPU and memory change at every port scan; the table shows neither, so it keeps its
+    rows (a rebuild lays the screen out again) while a changed detail line is still redrawn."""
+    source, app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        panel = app.screen.query_one("#ports-panel")
+        table = app.screen.query_one("#ports-table", DataTable)
+        detail = app.screen.query_one("#ports-detail", Static)
+        first = fixed_snapshot()
+        await pilot.pause()  # the first layout gives the panel its width
+        app.screen.rerender()
+        rows_before = list(table.rows)
+        key_before = panel._key
+        busier = tuple(replace(p, cpu_pct=(p.cpu_pct or 0) + 7.0, rss_bytes=(p.rss_bytes or 0) + 4096,
+                               detail=p.detail + " (busier)") for p in first.ports)
+        second = bump(first, ports=busier)
+        source.publish(second)
+        app.poll()
+        await pilot.pause()
+        assert panel._key == key_before and list(table.rows) == rows_before
+        assert text_of(detail).endswith("(busier)")
+        moved = (replace(busier[0], pid=(busier[0].pid or 0) + 1), *busier[1:])
+        source.publish(bump(second, ports=moved))
+        app.poll()
+        await pilot.pause()
+        assert panel._key != key_before  # a new PID is shown: rebuilt

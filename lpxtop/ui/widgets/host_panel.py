@@ -125,5 +125,7 @@ class HostPanel(Static):
         key = (host, width, height, id(palette))
         if key == self._key and not force:
             return
+        # a new layout only when the number of lines changes (a server process came or went)
+        relayout = tall and (force or self._key is None or self._key[2] != height)
         self._key = key
-        self.update(render_host(host, width, thresholds, palette, height), layout=tall)
+        self.update(render_host(host, width, thresholds, palette, height), layout=relayout)

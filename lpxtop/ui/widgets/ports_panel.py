@@ -73,6 +73,7 @@ class PortsPanel(Vertical):
         super().__init__(**kwargs)
         self._rows: list[ProcessRow] = []
         self._key: tuple | None = None
+        self._detail: Text | None = None
 
     def compose(self) -> ComposeResult:
         table = DataTable(cursor_type="row", id="ports-table")
@@ -93,11 +94,15 @@ class PortsPanel(Vertical):
              *, force: bool = False) -> None:
         """Rebuild the rows when ports, leftovers, width or theme changed (a handful of rows: cheap)."""
         width = self.content_size.width or 38
-        key = (tuple(ports), tuple(leftovers), width, id(palette))
+        rows = rows_from(ports, leftovers)
+        # What the table shows: a listener's CPU, memory or age changes every scan, and only the detail
+        # line under the table shows them, so only the detail line is redrawn for those.
+        key = (tuple((r.key, r.port, r.state, r.pid, r.command) for r in rows), width, id(palette))
         if key == self._key and not force:
+            self._rows = rows
+            self._show_detail(palette)
             return
         self._key = key
-        rows = rows_from(ports, leftovers)
         table = self.table
         selected = self.selected.key if self.selected else None
         # Leave room for the command's padding and a vertical scrollbar, so no horizontal one appears.
@@ -123,15 +128,16 @@ class PortsPanel(Vertical):
 
     def _show_detail(self, palette: Palette) -> None:
         row = self.selected
-        detail = self.query_one("#ports-detail", Static)
         if row is None:
-            detail.update(Text("no ports or leftover processes to show", style=palette.muted))
-            return
-        text = Text()
-        if row.user:
-            text.append(f"{row.user} ", style=palette.muted)
-        text.append(row.detail)
-        detail.update(text)
+            text = Text("no ports or leftover processes to show", style=palette.muted)
+        else:
+            text = Text()
+            if row.user:
+                text.append(f"{row.user} ", style=palette.muted)
+            text.append(row.detail)
+        if text != self._detail:  # an update lays the screen out again (the line count may change)
+            self._detail = text
+            self.query_one("#ports-detail", Static).update(text)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
