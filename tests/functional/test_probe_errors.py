@@ -10,6 +10,7 @@ import time
 import httpx
 import pytest
 
+from lpxtop.engine.netbackend import use_asyncio_backend
 from lpxtop.engine.probe import run_probe
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
@@ -22,8 +23,13 @@ def sim():
         yield handle
 
 
-async def probe(url: str, **kw):
-    async with httpx.AsyncClient() as client:
+async def probe(url: str, backend: str = "stock", **kw):
+    """One probe through httpx's stock network backend, or through lpxtop's asyncio one (netbackend.py),
+    which the engine uses; connection errors must be classified alike over both."""
+    transport = httpx.AsyncHTTPTransport(trust_env=False)
+    if backend == "asyncio":
+        assert use_asyncio_backend(transport), "httpx/httpcore internals changed: the engine fell back to anyio"
+    async with httpx.AsyncClient(transport=transport, trust_env=False) as client:
         return await run_probe(client, endpoint(url, **kw))
 
 
@@ -82,9 +88,10 @@ async def test_missing_api_key_is_401_and_the_key_never_leaks(monkeypatch):
     assert secret not in json.dumps(endpoint(sim.url, api_key_env="LPXTOP_TEST_KEY").to_json())
 
 
-async def test_refused():
-    sample = await probe(f"http://127.0.0.1:{free_port()}/v1")
-    assert sample.error_kind == "refused"
+@pytest.mark.parametrize("backend", ["stock", "asyncio"])
+async def test_refused(backend):
+    sample = await probe(f"http://127.0.0.1:{free_port()}/v1", backend)
+    assert sample.error_kind == "refused", sample.error_text
 
 
 async def test_tls_against_a_plain_http_server(sim):
@@ -92,14 +99,15 @@ async def test_tls_against_a_plain_http_server(sim):
     assert sample.error_kind == "tls", sample.error_text
 
 
-async def test_dns(monkeypatch):
+@pytest.mark.parametrize("backend", ["stock", "asyncio"])
+async def test_dns(monkeypatch, backend):
     # Resolving a name would send a query to the network's resolver; only loopback traffic is allowed
     # here, so the resolver itself (the lowest layer) answers "no such name".
     def no_such_name(*args, **kwargs):
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
     monkeypatch.setattr(socket, "getaddrinfo", no_such_name)
-    sample = await probe("http://no-such-host.invalid:8000/v1")
+    sample = await probe("http://no-such-host.invalid:8000/v1", backend)
     assert sample.error_kind == "dns", sample.error_text
 
 
