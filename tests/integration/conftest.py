@@ -22,6 +22,7 @@ from realserver_harness import (
     running,
     start_server,
     unavailable,
+    warm_up,
 )
 
 
@@ -43,6 +44,7 @@ def vllm_server() -> Iterator[ServerProcess]:
         "vllm", "start-vllm.sh", ["--max-num-seqs", str(VLLM_MAX_NUM_SEQS)], {"MODEL": VLLM_MODEL}
     )
     with running(server) as ready:
+        warm_up(ready, VLLM_MODEL)
         yield ready
 
 

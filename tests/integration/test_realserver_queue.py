@@ -19,8 +19,10 @@ import pytest
 from realserver_harness import (
     LLAMA_MODEL,
     LLAMA_SLOTS,
+    STARVED_MS,
     VLLM_MAX_NUM_SEQS,
     VLLM_MODEL,
+    LoopLag,
     RawScrape,
     import_lpxtop,
     raw_scrape,
@@ -33,8 +35,12 @@ from lpxtop.model.endpoint import EndpointConfig
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(600)]
 
 MAX_ROUNDS = 120  # sandwiches per test, whatever happens
-ROUND_BUDGET_S = 60.0
+# Normally 5 conclusive sandwiches take 5-15 s. The budget is wide so that one stalled sandwich (seen
+# once on CI: a single sandwich that took 60 s, while the server drained its queue) does not use it up.
+ROUND_BUDGET_S = 150.0
 ENOUGH_QUEUED = 5  # conclusive sandwiches with a queue > 0 before stopping early
+# A sandwich in which this process was starved (see STARVED_MS) says nothing about lpxtop: it is shown,
+# but not judged, and lpxtop may have timed out in it.
 
 
 @dataclass(frozen=True)
@@ -67,14 +73,31 @@ class Sandwich:
     before: RawScrape
     ours: object  # lpxtop.model.server.ServerMetrics
     after: RawScrape
+    ours_s: tuple[float, float]  # when lpxtop's scrape was started and returned (time.monotonic())
+    lag_ms: float  # the longest this test's event loop was held up during the sandwich
+    waited_ms: float  # how long this process was runnable but not running, during the sandwich
 
     def steady(self, case: Case) -> bool:
-        """The raw gauges read the same before and after lpxtop's scrape."""
-        return all(self.before.value(n) == self.after.value(n) for n in (case.running, case.waiting))
+        """The raw gauges read the same before and after lpxtop's scrape, and this process was not starved."""
+        same = all(self.before.value(n) == self.after.value(n) for n in (case.running, case.waiting))
+        return same and self.lag_ms < STARVED_MS
 
     @property
     def span_ms(self) -> float:
         return (self.after.answered - self.before.sent) * 1000
+
+    def describe(self, case: Case) -> str:
+        """One line: the three reads, and where the time went (for a failure message)."""
+        ours = self.ours
+        return (
+            f"raw {self.before.value(case.running)}/{self.before.value(case.waiting)} -> "
+            f"lpxtop {ours.requests_running}/{ours.requests_waiting} -> "
+            f"raw {self.after.value(case.running)}/{self.after.value(case.waiting)} in {self.span_ms:.0f} ms "
+            f"(raw {(self.before.answered - self.before.sent) * 1000:.0f}, "
+            f"lpxtop {(self.ours_s[1] - self.ours_s[0]) * 1000:.0f} [GET {ours.scrape_ms or 0:.0f}, {ours.status}], "
+            f"raw {(self.after.answered - self.after.sent) * 1000:.0f} ms; loop held up {self.lag_ms:.0f} ms, "
+            f"off the CPU while runnable {self.waited_ms:.0f} ms)"
+        )
 
 
 async def lpxtop_scrape(scraper: object, client: httpx.AsyncClient) -> object:
@@ -90,33 +113,34 @@ async def test_queue_and_running_agree_with_direct_scrape(case: Case, request: p
     sandwiches: list[Sandwich] = []
     async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client:
         await wait_idle(client, server.origin, case.running, case.waiting)
-        async with stream_load(server.api_url, case.model, case.streams, case.max_tokens) as load:
+        async with stream_load(server.api_url, case.model, case.streams, case.max_tokens) as load, LoopLag() as lag:
             deadline = time.monotonic() + ROUND_BUDGET_S
             for _ in range(MAX_ROUNDS):
                 if time.monotonic() > deadline or all(t.done() for t in load.tasks):
                     break
+                lag.take()
                 before = await raw_scrape(client, server.origin)
+                started = time.monotonic()
                 ours = await lpxtop_scrape(scraper, client)
+                returned = time.monotonic()
                 after = await raw_scrape(client, server.origin)
-                sandwiches.append(Sandwich(before, ours, after))
+                sandwiches.append(Sandwich(before, ours, after, (started, returned), *lag.take()))
                 queued = [s for s in sandwiches if s.steady(case) and s.before.value(case.waiting)]
                 if len(queued) >= ENOUGH_QUEUED:
                     break
                 await asyncio.sleep(0.2)
-        assert not load.errors, f"load streams failed: {load.errors[:3]}"
+    table = "\n".join(s.describe(case) for s in sandwiches)
+    table += f"\nload: {load.finished} streams finished, {load.timeouts} timed out and started again"
+    assert not load.errors, f"load streams failed: {load.errors[:3]}\n{table}"
 
     steady = [s for s in sandwiches if s.steady(case)]
-
-    table = "\n".join(
-        f"raw {s.before.value(case.running)}/{s.before.value(case.waiting)} -> "
-        f"lpxtop {s.ours.requests_running}/{s.ours.requests_waiting} -> "
-        f"raw {s.after.value(case.running)}/{s.after.value(case.waiting)} in {s.span_ms:.0f} ms"
-        for s in sandwiches
-    )
-    assert steady, f"the gauges moved during every sandwich:\n{table}"
+    assert steady, f"the gauges moved (or this process was starved) during every sandwich:\n{table}"
     for s in sandwiches:
         assert s.ours.kind == case.kind, table
-        assert s.ours.status == "ok", s.ours.status
+        if s.lag_ms < STARVED_MS:
+            assert s.ours.status == "ok", table
+        else:
+            assert s.ours.status == "ok" or "timed out" in s.ours.status, table
     for s in steady:
         assert s.ours.requests_running == s.before.value(case.running), table
         assert s.ours.requests_waiting == s.before.value(case.waiting), table
