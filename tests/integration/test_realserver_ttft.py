@@ -95,9 +95,12 @@ async def test_probe_ttft_matches_server_histogram(vllm_server) -> None:
                 held_ms, waited_ms = lag.take()
                 empty = any(s.error_kind == "empty" for s in samples)
                 tried.append(f"empty answer: {empty}, loop held up {held_ms:.0f} ms, off the CPU {waited_ms:.0f} ms")
-                if not empty and held_ms < STARVED_MS:
+                # healthy here: held up 2-4 ms, off the CPU 2-4 ms per batch; starved by a full-weight vLLM:
+                # off the CPU 2.2-2.9 s per batch (loop held up ~350 ms at a time), client TTFTs ~280 ms late
+                starved = held_ms >= STARVED_MS or waited_ms >= STARVED_MS
+                if not empty and not starved:
                     break
-        assert held_ms < STARVED_MS, "this process was starved in every batch:\n" + "\n".join(tried)
+        assert not starved, "this process was starved in every batch:\n" + "\n".join(tried)
 
     assert all(s.ok for s in samples), [s.error_text for s in samples]
     assert delta[float("inf")] == PROBES, f"server counted {delta[float('inf')]} requests, we sent {PROBES}"
