@@ -39,8 +39,6 @@ MAX_ROUNDS = 120  # sandwiches per test, whatever happens
 # once on CI: a single sandwich that took 60 s, while the server drained its queue) does not use it up.
 ROUND_BUDGET_S = 150.0
 ENOUGH_QUEUED = 5  # conclusive sandwiches with a queue > 0 before stopping early
-# A sandwich in which this process was starved (see STARVED_MS) says nothing about lpxtop: it is shown,
-# but not judged, and lpxtop may have timed out in it.
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,11 @@ class Sandwich:
     waited_ms: float  # how long this process was runnable but not running, during the sandwich
 
     def steady(self, case: Case) -> bool:
-        """The raw gauges read the same before and after lpxtop's scrape, and this process was not starved."""
+        """The raw gauges read the same before and after lpxtop's scrape, and this process was not starved.
+
+        A sandwich in which it was starved (see STARVED_MS) says nothing about lpxtop: it is shown in the
+        failure message but not judged, and lpxtop may have timed out in it.
+        """
         same = all(self.before.value(n) == self.after.value(n) for n in (case.running, case.waiting))
         return same and self.lag_ms < STARVED_MS
 
