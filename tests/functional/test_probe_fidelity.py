@@ -60,19 +60,23 @@ async def test_tokens_per_chunk_are_counted_from_usage():
 
 async def test_without_a_usage_chunk_the_count_is_approximate():
     with start_sim_in_thread(SimConfig(model="m", ttft_ms=5, itl_ms=2, send_usage=False)) as sim:
-        (sample,) = await _probe_n(sim.url, 1, max_tokens=10)
-        ttft_err, itl_err = fidelity_errors([sample], sim.server)
-    assert sample.ok
-    assert sample.output_tokens == 10 and sample.output_tokens_approx
+        # Several probes, judged by the median as above: one probe can lose the CPU on a busy machine.
+        samples = await _probe_n(sim.url, 5, max_tokens=10)
+        ttft_err, itl_err = fidelity_errors(samples, sim.server)
+    for sample in samples:
+        assert sample.ok
+        assert sample.output_tokens == 10 and sample.output_tokens_approx
     assert abs(p(ttft_err, 0.5)) < TOLERANCE_MS and abs(p(itl_err, 0.5)) < TOLERANCE_MS
 
 
 async def test_completions_api():
     with start_sim_in_thread(SimConfig(model="m", ttft_ms=5, itl_ms=2)) as sim:
-        (sample,) = await _probe_n(sim.url, 1, api="completions", max_tokens=8)
-        ttft_err, _ = fidelity_errors([sample], sim.server)
-    assert sample.ok and sample.output_tokens == 8
-    assert abs(ttft_err[0]) < TOLERANCE_MS
+        # Judged by the median of several probes: a single one was 4.9 ms off with both cores loaded.
+        samples = await _probe_n(sim.url, 5, api="completions", max_tokens=8)
+        ttft_err, _ = fidelity_errors(samples, sim.server)
+    assert all(s.ok and s.output_tokens == 8 for s in samples), [s.error_text for s in samples]
+    assert abs(p(ttft_err, 0.5)) < TOLERANCE_MS, ttft_err
+    assert min(ttft_err) > -0.5, "a token cannot arrive before the server sent it"
 
 
 async def test_probes_reuse_one_connection():
