@@ -294,7 +294,7 @@ class LoopLag:
 
     def __init__(self) -> None:
         self.worst_ms = 0.0
-        self._waited = run_queue_ms()
+        self._waited = 0.0  # set by the take() in __aenter__
         self._task: asyncio.Task | None = None
 
     async def _run(self) -> None:
