@@ -16,6 +16,7 @@ from lpxtop.ui.screens.detail import DetailScreen
 from lpxtop.ui.screens.help import KEY_HELP, HelpScreen
 from lpxtop.ui.screens.main import MainScreen
 from lpxtop.ui.widgets.endpoints_table import EndpointsTable
+from lpxtop.ui.widgets.row_table import RowTable
 from tests.functional.test_ui_support import bump, make_app, text_of
 from tests.snapshot_data import empty_snapshot, fixed_snapshot, with_leftover
 
@@ -237,7 +238,7 @@ async def test_g_toggles_the_surge_in_the_demo_only():
 
 
 async def _focus_ports_row(app, pilot, key: str) -> None:
-    table = app.screen.query_one("#ports-table", DataTable)
+    table = app.screen.query_one("#ports-table", RowTable)
     table.focus()
     table.move_cursor(row=table.get_row_index(key))
     await pilot.pause()
@@ -432,12 +433,12 @@ async def test_ports_table_is_rebuilt_only_when_what_it_shows_changes():
     source, app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         panel = app.screen.query_one("#ports-panel")
-        table = app.screen.query_one("#ports-table", DataTable)
+        table = app.screen.query_one("#ports-table", RowTable)
         detail = app.screen.query_one("#ports-detail", Static)
         first = fixed_snapshot()
         await pilot.pause()  # the first layout gives the panel its width
         app.screen.rerender()
-        rows_before = list(table.rows)
+        rows_before = table.row_keys
         key_before = panel._key
         busier = tuple(replace(p, cpu_pct=(p.cpu_pct or 0) + 7.0, rss_bytes=(p.rss_bytes or 0) + 4096,
                                detail=p.detail + " (busier)") for p in first.ports)
@@ -445,7 +446,7 @@ async def test_ports_table_is_rebuilt_only_when_what_it_shows_changes():
         source.publish(second)
         app.poll()
         await pilot.pause()
-        assert panel._key == key_before and list(table.rows) == rows_before
+        assert panel._key == key_before and table.row_keys == rows_before
         assert text_of(detail).endswith("(busier)")
         moved = (replace(busier[0], pid=(busier[0].pid or 0) + 1), *busier[1:])
         source.publish(bump(second, ports=moved))

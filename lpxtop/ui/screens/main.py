@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import Footer, Input, Static
 
 from lpxtop.model.snapshot import EndpointView, Snapshot
 from lpxtop.ui.screens.confirm import ConfirmSignalScreen
@@ -19,6 +19,7 @@ from lpxtop.ui.widgets.gpu_panel import GpuPanel
 from lpxtop.ui.widgets.header_bar import HeaderBar, render_header
 from lpxtop.ui.widgets.host_panel import HostPanel
 from lpxtop.ui.widgets.ports_panel import PortsPanel
+from lpxtop.ui.widgets.row_table import RowTable
 
 EMPTY_MESSAGE = (
     "No endpoints to watch yet.\n"
@@ -183,15 +184,15 @@ class MainScreen(Screen):
             title += f" · filter: {self.filter_text}"
         panel.border_title = title
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.data_table.id == "endpoints" and self._snap is not None:
+    def on_row_table_row_highlighted(self, event: RowTable.RowHighlighted) -> None:
+        if event.table.id == "endpoints" and self._snap is not None:
             table = self.query_one(EndpointsTable)
             selected = table.selected_name
             view = next((v for v in self._snap.endpoints if v.name == selected), None)
             self.query_one(EndpointStrip).show(view, self._snap.wall_time, self.app.palette)  # type: ignore[attr-defined]
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        if event.data_table.id == "endpoints":
+    def on_row_table_row_selected(self, event: RowTable.RowSelected) -> None:
+        if event.table.id == "endpoints":
             event.stop()
             self.action_open_detail()
 

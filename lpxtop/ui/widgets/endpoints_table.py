@@ -5,10 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rich.text import Text
 from textual.binding import Binding
-from textual.cache import LRUCache
-from textual.widgets import DataTable
 
 from lpxtop.model.snapshot import EndpointView
 from lpxtop.ui.formatting import (
@@ -20,9 +17,9 @@ from lpxtop.ui.formatting import (
     fmt_signed_ms,
     level,
     spark_text,
-    truncate,
 )
 from lpxtop.ui.palette import Palette
+from lpxtop.ui.widgets.row_table import RowTable, TableCell, TableColumn
 
 STATUS_SYMBOLS = {"up": "●", "degraded": "◐", "down": "✖", "pending": "…"}
 DISCOVERED_MARK = "◇"  # endpoints found by discovery rather than named by the user
@@ -129,7 +126,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("trend", "TTFT trend", 12, 5, lambda v, t: Cell(spark_text(ttft_trend(v), 12), "ok", False)),
     Column("last_error", "Last error", 16, 6, lambda v, t: Cell(v.last_error or "", "critical" if v.last_error else "ok", False), True),
 )
-COLUMN_PADDING = 2  # DataTable's cell_padding=1 on both sides
+COLUMN_PADDING = 2  # RowTable's padding, one cell on both sides
 
 
 def columns_for_width(width: int) -> tuple[Column, ...]:
@@ -192,49 +189,29 @@ def filter_views(views: Sequence[EndpointView], text: str) -> list[EndpointView]
     ]
 
 
-CELL_CACHE_SIZE = 600
-ROW_CACHE_SIZE = 120
-
-
-class EndpointsTable(DataTable):
-    """Endpoints, one row each. `show()` touches only the cells whose text or colour changed."""
+class EndpointsTable(RowTable):
+    """Endpoints, one row each, keyed by name; only rows whose text or colour changed are redrawn."""
 
     BINDINGS = [Binding("enter", "select_cursor", "detail", key_display="⏎")]
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
-        # DataTable caches up to 10,000 rendered cells and 1,000 rows and lines. Our cells change value
-        # every second, so those caches fill with dead entries (megabytes); a few screens' worth is enough.
-        self._cell_render_cache = LRUCache(CELL_CACHE_SIZE)
-        self._row_render_cache = LRUCache(ROW_CACHE_SIZE)
-        self._row_renderable_cache = LRUCache(ROW_CACHE_SIZE)
-        self._line_cache = LRUCache(ROW_CACHE_SIZE)
-        self._columns: tuple[Column, ...] = ()
-        self._order: list[str] = []
-        self._cells: dict[str, dict[str, Cell]] = {}
-        self._palette_id: int | None = None
+        super().__init__(**kwargs)
+        self._shown: tuple | None = None
 
     @property
     def selected_name(self) -> str | None:
         """The endpoint under the cursor, if any."""
-        if not self._order or self.cursor_row < 0 or self.cursor_row >= len(self._order):
-            return None
-        return self._order[self.cursor_row]
+        return self.cursor_key
 
     @property
     def row_names(self) -> list[str]:
         """Endpoint names in display order (after filter and sort)."""
-        return list(self._order)
-
-    def _cell_text(self, column: Column, cell: Cell, palette: Palette, width: int) -> Text:
-        text = truncate(cell.text, width) if cell.text else ""
-        style = palette.for_level(cell.level)
-        return Text(text, style=style, justify="right" if cell.right else "left", no_wrap=True, overflow="ellipsis")
+        return self.row_keys
 
     def show(self, views: Sequence[EndpointView], thresholds: Thresholds, palette: Palette, *, force: bool = False) -> None:
         """Display `views` (already filtered and sorted)."""
         seen: set[str] = set()
-        # Rows are keyed by name: a duplicate name (a config mistake) would crash DataTable; show the first.
+        # Rows are keyed by name: a duplicate name (a config mistake) would make two rows one; show the first.
         views = [v for v in views if not (v.name in seen or seen.add(v.name))]
         width = max(0, self.size.width or self.app.size.width) - 2  # room for a scrollbar
         columns = columns_for_width(width)
@@ -243,38 +220,12 @@ class EndpointsTable(DataTable):
         fixed = sum(c.width + COLUMN_PADDING for c in columns)
         extra = max(0, width - fixed)
         flex_width = {c.key: c.width + (extra if c.flexible else min(extra, 14)) for c in flexible}
-        names = [v.name for v in views]
-        rebuild_columns = tuple(c.key for c in columns) != tuple(c.key for c in self._columns) or force
-        if not rebuild_columns and flexible and self.columns:
-            col = self.columns.get(flexible[0].key)  # type: ignore[call-overload]
-            rebuild_columns = col is not None and col.width != flex_width[flexible[0].key]
-        new_cells = {v.name: {c.key: c.cell(v, thresholds) for c in columns} for v in views}
-        palette_changed = id(palette) != self._palette_id
-        self._palette_id = id(palette)
-        selected = self.selected_name
-        with self.app.batch_update():
-            if rebuild_columns or names != self._order or palette_changed:
-                self.clear(columns=rebuild_columns)
-                if rebuild_columns:
-                    for c in columns:
-                        self.add_column(c.label, width=flex_width.get(c.key, c.width), key=c.key)
-                    self._columns = columns
-                for name in names:
-                    row = new_cells[name]
-                    self.add_row(
-                        *(self._cell_text(c, row[c.key], palette, flex_width.get(c.key, c.width)) for c in columns),
-                        key=name,
-                    )
-                self._order = names
-                if selected in names:
-                    self.move_cursor(row=names.index(selected), animate=False)
-            else:
-                for name in names:
-                    old = self._cells.get(name, {})
-                    for c in columns:
-                        cell = new_cells[name][c.key]
-                        if old.get(c.key) != cell:
-                            self.update_cell(
-                                name, c.key, self._cell_text(c, cell, palette, flex_width.get(c.key, c.width))
-                            )
-        self._cells = new_cells
+        table_columns = tuple(TableColumn(c.key, c.label, flex_width.get(c.key, c.width)) for c in columns)
+        rows = []
+        for v in views:
+            cells = []
+            for c in columns:
+                cell = c.cell(v, thresholds)
+                cells.append(TableCell(cell.text, palette.for_level(cell.level) if cell.level != "ok" else None, cell.right))
+            rows.append((v.name, cells))
+        self.set_table(table_columns, rows)

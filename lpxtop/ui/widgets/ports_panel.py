@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from lpxtop.model.ports import LeftoverProcess, PortStatus
-from lpxtop.ui.formatting import UNKNOWN, truncate
+from lpxtop.ui.formatting import UNKNOWN
 from lpxtop.ui.palette import Palette
+from lpxtop.ui.widgets.row_table import RowTable, TableCell, TableColumn
 
 STATE_LEVEL = {"ok": "ok", "down": "critical", "conflict": "critical", "leftover": "warning"}
 
@@ -76,13 +77,12 @@ class PortsPanel(Vertical):
         self._detail: Text | None = None
 
     def compose(self) -> ComposeResult:
-        table = DataTable(cursor_type="row", id="ports-table")
-        yield table
+        yield RowTable(id="ports-table")
         yield Static("", id="ports-detail")
 
     @property
-    def table(self) -> DataTable:
-        return self.query_one("#ports-table", DataTable)
+    def table(self) -> RowTable:
+        return self.query_one("#ports-table", RowTable)
 
     @property
     def selected(self) -> ProcessRow | None:
@@ -103,27 +103,24 @@ class PortsPanel(Vertical):
             self._show_detail(palette)
             return
         self._key = key
-        table = self.table
-        selected = self.selected.key if self.selected else None
         # Leave room for the command's padding and a vertical scrollbar, so no horizontal one appears.
         command_width = max(8, width - sum(w + 2 for _, _, w in COLUMNS[:-1]) - 2 - 2)
-        with self.app.batch_update():
-            table.clear(columns=True)
-            for key_, label, w in COLUMNS:
-                table.add_column(label, width=w or command_width, key=key_)
-            for r in rows:
-                style = palette.for_level(STATE_LEVEL.get(r.state, "warning"))
-                table.add_row(
-                    Text(r.port, justify="right"),
-                    Text(SHORT_STATES.get(r.state, r.state), style=style),
-                    Text(str(r.pid) if r.pid is not None else UNKNOWN, justify="right"),
-                    Text(truncate(r.command, command_width) if r.command else UNKNOWN, no_wrap=True),
-                    key=r.key,
+        self.table.set_table(
+            [TableColumn(key_, label, w or command_width) for key_, label, w in COLUMNS],
+            [
+                (
+                    r.key,
+                    (
+                        TableCell(r.port, right=True),
+                        TableCell(SHORT_STATES.get(r.state, r.state), palette.for_level(STATE_LEVEL.get(r.state, "warning"))),
+                        TableCell(str(r.pid) if r.pid is not None else UNKNOWN, right=True),
+                        TableCell(r.command or UNKNOWN),
+                    ),
                 )
-            self._rows = rows
-            keys = [r.key for r in rows]
-            if selected in keys:
-                table.move_cursor(row=keys.index(selected), animate=False)
+                for r in rows
+            ],
+        )
+        self._rows = rows
         self._show_detail(palette)
 
     def _show_detail(self, palette: Palette) -> None:
@@ -139,7 +136,7 @@ class PortsPanel(Vertical):
             self._detail = text
             self.query_one("#ports-detail", Static).update(text)
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_row_table_row_highlighted(self, event: RowTable.RowHighlighted) -> None:
         event.stop()
         palette = getattr(self.app, "palette", None)
         if palette is not None:
