@@ -182,7 +182,8 @@ class MainScreen(Screen):
         title = f"Endpoints {len(views)}/{len(snap.endpoints)} · sort: {SORT_KEYS[self.sort_index][1]}"
         if self.filter_text:
             title += f" · filter: {self.filter_text}"
-        panel.border_title = title
+        if panel.border_title != title:  # setting it, even to the same text, repaints the whole panel
+            panel.border_title = title
 
     def on_row_table_row_highlighted(self, event: RowTable.RowHighlighted) -> None:
         if event.table.id == "endpoints" and self._snap is not None:

@@ -100,5 +100,7 @@ class GpuPanel(Static):
         if key == self._key and not force:
             return
         self._key = key
-        self.border_subtitle = "Simulated GPU (demo)" if gpu.simulated else (getattr(gpu, "driver_version", None) or "")
+        subtitle = "Simulated GPU (demo)" if gpu.simulated else (getattr(gpu, "driver_version", None) or "")
+        if self.border_subtitle != subtitle:  # setting it, even to the same text, repaints the whole panel
+            self.border_subtitle = subtitle
         self.update(render_gpu(gpu, width, thresholds, palette), layout=False)  # the panel's size is set by CSS
