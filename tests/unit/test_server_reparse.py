@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 
 from lpxtop.engine import server_reparse
-from lpxtop.engine.metric_names import KINDS, TGI, VLLM, family_names, histogram_names, keep_families
+from lpxtop.engine.metric_names import (
+    KINDS,
+    TGI,
+    VLLM,
+    family_names,
+    histogram_names,
+    keep_families,
+    sample_name,
+)
 from lpxtop.engine.server_exposition import Exposition, NotPrometheusText
 from lpxtop.engine.server_reparse import ReParser
 
@@ -165,3 +173,39 @@ def test_histograms_left_out_on_request(names) -> None:
             text = changed(text, seed)
             expected = whole(text, families if with_histograms else families - histograms)
             assert dict(parser.parse(text, histograms=with_histograms).by_name) == expected, (capture, seed)
+
+
+# The direct reading of plain lines: the same as prometheus_client's, or it leaves the line to it.
+
+ODD_LINES = [
+    'foo 5', 'foo{a="b"} 5', 'foo{a="b",c="d"} 5e3', 'foo{a="b",} 5', 'foo{a="b", c="d"} 5', 'foo {a="b"} 5',
+    'foo{a="b"}  5', 'foo{a="b\\"x"} 5', 'foo{a="b\\\\"} 5', 'foo 5 1700000000000', 'foo NaN', 'foo +Inf',
+    'foo -Inf', 'foo 1_0', 'foo{le="+Inf"} 3', 'foo{a="} 5"} 7', 'foo{a="b"} 5 } 6', 'foo{a="1",a="2"} 3',
+    'foo{__name__="bar"} 1', 'foo{a="ü"} 0x10', 'foo{a="b"c="d"} 1', 'foo{a=b} 1', 'foo{} 4', 'foo 12345678901234567890',
+]
+
+
+def _lines_of_captures() -> list[str]:
+    return [line for name in CAPTURES for line in page(name).splitlines() if line and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("renamed", [False, True])
+def test_plain_lines_read_as_prometheus_client_reads_them(renamed: bool) -> None:
+    lines = _lines_of_captures() + ODD_LINES
+    if renamed:  # ReParser renames only counter samples named as their family, without _total
+        lines = [line for line in lines if not sample_name(line).endswith("_total")]
+    simple = 0
+    for line in lines:
+        fast = server_reparse._read_simple(line, renamed)
+        if fast is server_reparse._NOT_SIMPLE:
+            continue
+        simple += 1
+        assert [fast] == server_reparse._parse_with_prometheus_client([(line, renamed)]), line
+    assert simple >= 0.9 * len(lines)  # the direct path is the one taken
+
+
+def test_odd_lines_are_left_to_prometheus_client() -> None:
+    for line in ('foo{a="1",a="2"} 3', 'foo{a="b",} 5', 'foo{a="b", c="d"} 5', 'foo {a="b"} 5', 'foo{a="b\\"x"} 5',
+                 'foo 5 1700000000000', 'foo 1_0', 'foo{__name__="bar"} 1', 'foo{a="b"} 5 } 6'):
+        assert server_reparse._read_simple(line, False) is server_reparse._NOT_SIMPLE, line
+    assert server_reparse._read_simple("foo NaN", False) is None  # a NaN carries no value, as before
