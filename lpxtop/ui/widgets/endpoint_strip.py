@@ -50,8 +50,10 @@ class EndpointStrip(Horizontal):
             spark = self.query_one("#spark-queue", Sparkline)
             spark.data = list(queue)
             spark.set_class(not queue, "-empty")
+        # The time enters only through "(12s ago)" after a last error: without one the line stays put.
         info_key = (
-            (view.name, view.ttft_ms, server_ttft_p50_ms(view), view.last_error, view.last_error_time, now, id(palette))
+            (view.name, view.ttft_ms, server_ttft_p50_ms(view), view.last_error, view.last_error_time,
+             fmt_ago(view.last_error_time, now) if view.last_error else None, id(palette))
             if view
             else None
         )
