@@ -56,6 +56,7 @@ class MainScreen(Screen):
         self._snap: Snapshot | None = None
         self._size_class: tuple[bool, bool] | None = None
         self._mounted_once = False  # set once mounted: snapshots that arrive earlier are kept, drawn then
+        self._message = EMPTY_MESSAGE  # what #empty-message shows
 
     @property
     def sort_key(self) -> str:
@@ -166,10 +167,10 @@ class MainScreen(Screen):
         table = self.query_one(EndpointsTable)
         views = self.visible_views()
         message = self.query_one("#empty-message", Static)
-        if not snap.endpoints:
-            message.update(EMPTY_MESSAGE)
-        elif not views:
-            message.update(f"No endpoint matches the filter {self.filter_text!r}: Esc clears it.")
+        text = EMPTY_MESSAGE if not snap.endpoints else f"No endpoint matches the filter {self.filter_text!r}: Esc clears it."
+        if not views and text != self._message:  # an update lays the screen out again: only on a change
+            self._message = text
+            message.update(text)
         message.display = not views
         table.display = bool(views)
         table.show(views, thresholds, palette, force=force)
