@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -37,10 +38,11 @@ from lpxtop.sim.records import token_times_ns  # noqa: E402
 
 def fetch_events(base_url: str, response_id: str) -> list | None:
     """The sim's record of what it sent for one response: (t_ns, kind, n_tokens) events."""
-    import httpx
-
-    response = httpx.get(f"{base_url}/sim/records/{response_id}", timeout=5)
-    return response.json()["events"] if response.status_code == 200 else None
+    try:
+        with urllib.request.urlopen(f"{base_url}/sim/records/{response_id}", timeout=5) as response:
+            return json.loads(response.read())["events"]
+    except (OSError, ValueError, KeyError):  # urllib's HTTPError (a 404) is an OSError
+        return None
 
 
 def errors(samples, base_url: str) -> tuple[list[float], list[float], int]:
@@ -71,8 +73,6 @@ def summary(values: list[float]) -> dict:
 @contextlib.contextmanager
 def sim_process():
     """The simulated server in its own process (as a real server would be), on a free loopback port."""
-    import httpx
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -85,9 +85,10 @@ def sim_process():
     try:
         for _ in range(100):
             try:
-                if httpx.get(base_url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
+                with urllib.request.urlopen(base_url + "/health", timeout=1) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
                 time.sleep(0.1)
         yield base_url
     finally:

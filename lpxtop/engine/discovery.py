@@ -12,8 +12,7 @@ import asyncio
 import ipaddress
 from collections.abc import Iterable
 
-import httpx
-
+from lpxtop.engine.httpclient import HttpClient, HttpError
 from lpxtop.engine.procinfo import ports_in_cmdline, scan_listeners, scan_processes
 from lpxtop.model.endpoint import EndpointConfig
 
@@ -63,11 +62,11 @@ def _model_ids(payload: object) -> list[str] | None:
     return [d["id"] for d in payload["data"] if isinstance(d, dict) and isinstance(d.get("id"), str)]
 
 
-async def _get_json(client: httpx.AsyncClient, url: str, timeout_s: float) -> tuple[int, object]:
+async def _get_json(client: HttpClient, url: str, timeout_s: float) -> tuple[int, object]:
     """(status, parsed JSON or None); status 0 when nothing answered."""
     try:
         resp = await client.get(url, timeout=timeout_s)
-    except (httpx.HTTPError, OSError):
+    except (HttpError, OSError):
         return 0, None
     try:
         return resp.status_code, resp.json()
@@ -76,7 +75,7 @@ async def _get_json(client: httpx.AsyncClient, url: str, timeout_s: float) -> tu
 
 
 async def _confirm(
-    client: httpx.AsyncClient, port: int, kind: str | None, timeout_s: float
+    client: HttpClient, port: int, kind: str | None, timeout_s: float
 ) -> EndpointConfig | None:
     origin = f"http://{LOOPBACK}:{port}"
     status, body = await _get_json(client, f"{origin}/v1/models", timeout_s)
@@ -103,7 +102,7 @@ async def _confirm(
 
 
 async def discover(
-    client: httpx.AsyncClient | None = None,
+    client: HttpClient | None = None,
     timeout_s: float = 1.0,
     *,
     extra_ports: Iterable[int] = (),
@@ -112,14 +111,13 @@ async def discover(
 ) -> list[EndpointConfig]:
     """Inference servers answering on 127.0.0.1, ordered by port. Never raises for a port that fails.
 
-    `client`: reused if given (its proxy settings apply: pass one with ``trust_env=False``);
-    otherwise a private one that ignores proxy variables. Each request is bounded by `timeout_s`.
+    `client`: reused if given, otherwise a private one. Each request is bounded by `timeout_s`.
     """
     ports = await asyncio.to_thread(candidate_ports, tuple(extra_ports), include_usual)
     own = client is None
     if client is None:
-        # trust_env=False: an HTTP(S)_PROXY variable must never route loopback probes elsewhere.
-        client = httpx.AsyncClient(trust_env=False, timeout=timeout_s)
+        # The client has no proxy support: an HTTP(S)_PROXY variable never routes loopback probes elsewhere.
+        client = HttpClient(timeout=timeout_s)
     gate = asyncio.Semaphore(max(1, concurrency))
 
     async def one(port: int, kind: str | None) -> EndpointConfig | None:

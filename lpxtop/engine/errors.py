@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import errno
 import socket
-import ssl
+import sys
 
-import httpx
+from lpxtop.engine.httpclient import (
+    ConnectError,
+    InvalidURL,
+    ReadError,
+    RemoteProtocolError,
+    UnsupportedProtocol,
+    WriteError,
+)
 
 
 def http_error_kind(status: int) -> str:
@@ -27,8 +34,11 @@ def _chain(exc: BaseException):
 
 def classify_exception(exc: BaseException, *, started_stream: bool) -> tuple[str, str]:
     """(kind, message) for an exception raised while connecting or reading."""
+    # ssl is imported by whoever made a TLS connection (asyncio, the client's https path): if it is not
+    # loaded, no exception can be an ssl one.
+    ssl = sys.modules.get("ssl")
     for link in _chain(exc):
-        if isinstance(link, ssl.SSLError | ssl.CertificateError):
+        if ssl is not None and isinstance(link, ssl.SSLError | ssl.CertificateError):
             return "tls", f"TLS failed: {link}"
         if isinstance(link, socket.gaierror):
             return "dns", f"name lookup failed: {link.strerror or link}"
@@ -40,13 +50,13 @@ def classify_exception(exc: BaseException, *, started_stream: bool) -> tuple[str
         return "dns", f"name lookup failed: {text}"
     if "ssl" in lowered or "certificate" in lowered:
         return "tls", f"TLS failed: {text}"
-    if isinstance(exc, httpx.ConnectError):
+    if isinstance(exc, ConnectError):
         if "refused" in lowered or "errno 111" in lowered:
             return "refused", "connection refused: nothing listens on that port"
         return "refused", f"could not connect: {text}"
-    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError | ConnectionError):
+    if isinstance(exc, RemoteProtocolError | ReadError | WriteError | ConnectionError):
         where = "mid-stream" if started_stream else "before answering"
         return "stream_cut", f"the server closed the connection {where}: {text}"
-    if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
+    if isinstance(exc, UnsupportedProtocol | InvalidURL):
         return "other", f"bad URL: {text}"
     return "other", f"{type(exc).__name__}: {text}"

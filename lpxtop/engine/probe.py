@@ -9,17 +9,22 @@ exception escapes except cancellation.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
-import httpx
-
 from lpxtop.engine.errors import classify_exception, http_error_kind
+from lpxtop.engine.httpclient import (
+    ConnectTimeout,
+    HttpClient,
+    HttpError,
+    HttpTimeout,
+    PoolTimeout,
+    Response,
+    Timeout,
+)
 from lpxtop.engine.server_kinds import auth_headers
 from lpxtop.engine.sse import SseParser
 from lpxtop.model.endpoint import EndpointConfig
@@ -97,35 +102,18 @@ def rejects_stream_options(sample: Sample) -> bool:
 
 
 async def run_probe(
-    client: httpx.AsyncClient, endpoint: EndpointConfig, model: str | None = None, *, include_usage: bool = True
+    client: HttpClient, endpoint: EndpointConfig, model: str | None = None, *, include_usage: bool = True
 ) -> Sample:
     """Send one streaming request and measure it. Never raises (except CancelledError)."""
     model = model or endpoint.model
-    request = client.build_request(
-        "POST",
-        endpoint_path(endpoint),
-        json=build_body(endpoint, model, include_usage),
-        headers=request_headers(endpoint),
-        timeout=httpx.Timeout(
-            connect=endpoint.connect_timeout_s,
-            read=endpoint.first_token_timeout_s,
-            write=endpoint.connect_timeout_s,
-            pool=endpoint.connect_timeout_s,
-        ),
-    )
+    body = build_body(endpoint, model, include_usage)
     m = _Measure(start_ns=0, wall_time=time.time())
-
-    async def trace(event_name: str, info: dict) -> None:
-        if event_name.endswith("connect_tcp.complete") or event_name.endswith("start_tls.complete"):
-            m.connect_done_ns = time.perf_counter_ns()
-
-    request.extensions["trace"] = trace
     status: int | None = None
     watchdog = _Watchdog()
     m.start_ns = time.perf_counter_ns()
     watchdog.arm(m.start_ns + int(_first_token_budget(endpoint) * 1e9))
     try:
-        status = await _stream(client, request, endpoint, m, watchdog)
+        status = await _stream(client, body, endpoint, m, watchdog)
         if not m.token_ns:
             raise _ProbeError("empty", "the stream finished without a single token", status)
         return _sample(endpoint, m, status)
@@ -135,8 +123,8 @@ async def run_probe(
         if not watchdog.absorb():
             raise  # cancelled from outside: the engine is stopping
         return _sample(endpoint, m, status, *_timeout_kind(endpoint, m))
-    except (asyncio.TimeoutError, httpx.TimeoutException) as exc:
-        if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
+    except (asyncio.TimeoutError, HttpTimeout) as exc:
+        if isinstance(exc, ConnectTimeout | PoolTimeout):
             kind, msg = "connect_timeout", f"no connection within {endpoint.connect_timeout_s:g} s"
         else:
             kind, msg = _timeout_kind(endpoint, m)
@@ -196,19 +184,33 @@ def _first_token_budget(endpoint: EndpointConfig) -> float:
     return min(endpoint.first_token_timeout_s, endpoint.timeout_s)
 
 
-async def _stream(
-    client: httpx.AsyncClient, request: httpx.Request, endpoint: EndpointConfig, m: _Measure, watchdog: _Watchdog
-) -> int:
-    """Send, then read raw bytes, timestamping each read before any decoding. Returns the HTTP status."""
+async def _stream(client: HttpClient, body: dict, endpoint: EndpointConfig, m: _Measure, watchdog: _Watchdog) -> int:
+    """Send, then read raw bytes, each stamped when it came off the socket. Returns the HTTP status."""
     total_deadline = m.start_ns + int(endpoint.timeout_s * 1e9)
-    response = await client.send(request, stream=True)
+
+    def connected(t_ns: int) -> None:
+        m.connect_done_ns = t_ns
+
+    response = await client.stream(
+        "POST",
+        endpoint_path(endpoint),
+        json=body,
+        headers=request_headers(endpoint),
+        timeout=Timeout(
+            connect=endpoint.connect_timeout_s,
+            read=endpoint.first_token_timeout_s,
+            write=endpoint.connect_timeout_s,
+            pool=endpoint.connect_timeout_s,
+        ),
+        on_connect=connected,
+    )
     try:
         if response.status_code != 200:
             await _raise_http_error(response)
         parser = SseParser()
-        chunks = response.aiter_raw()
-        async for chunk in chunks:
-            t_ns = time.perf_counter_ns()  # the moment the bytes arrived, before any parsing
+        receive = response.receive
+        while chunk := await receive():
+            t_ns = response.arrived_ns  # the moment the bytes came off the socket, before any parsing
             had_token = bool(m.token_ns)
             for event in parser.feed(chunk, t_ns):
                 _handle_event(event.data, event.t_ns, m, response.status_code)
@@ -228,7 +230,7 @@ async def _stream(
             # last chunk) so the connection goes back to the pool instead of being closed: otherwise
             # every probe pays a new TCP connection, on both sides.
             watchdog.disarm()
-            await _drain(chunks)
+            await response.discard(DRAIN_MAX_BYTES, DRAIN_TIMEOUT_S)
         if not m.done and m.finish_reason is None:
             raise _ProbeError(
                 "stream_cut",
@@ -240,28 +242,11 @@ async def _stream(
         await response.aclose()
 
 
-async def _drain(chunks: AsyncIterator[bytes]) -> None:
-    """Read what is left of a body, briefly and boundedly; give up quietly (the connection is then closed)."""
-
-    async def rest() -> None:
-        left = DRAIN_MAX_BYTES
-        async for part in chunks:
-            left -= len(part)
-            if left <= 0:
-                return
-
-    with contextlib.suppress(asyncio.TimeoutError, httpx.HTTPError, OSError):
-        await asyncio.wait_for(rest(), DRAIN_TIMEOUT_S)
-
-
-async def _raise_http_error(response: httpx.Response) -> None:
+async def _raise_http_error(response: Response) -> None:
     body = b""
     try:
-        async for part in response.aiter_raw():
-            body += part
-            if len(body) >= MAX_ERROR_BODY:
-                break
-    except (httpx.HTTPError, OSError):
+        body = await response.read(MAX_ERROR_BODY, truncate=True)
+    except (HttpError, OSError):
         pass
     message = _error_message(body) or response.reason_phrase or "error"
     raise _ProbeError(
@@ -407,18 +392,18 @@ def _sample(
     )
 
 
-async def fetch_models(client: httpx.AsyncClient, endpoint: EndpointConfig, timeout_s: float = 5.0) -> tuple[tuple[str, ...], str | None]:
+async def fetch_models(client: HttpClient, endpoint: EndpointConfig, timeout_s: float = 5.0) -> tuple[tuple[str, ...], str | None]:
     """Model ids from GET /v1/models, or () and a classified '<kind>: <message>' error."""
     try:
         response = await client.get(
             endpoint.url.rstrip("/") + "/models",
             headers=request_headers(endpoint, stream=False),
-            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, endpoint.connect_timeout_s)),
+            timeout=Timeout(connect=min(timeout_s, endpoint.connect_timeout_s), read=timeout_s, write=timeout_s, pool=timeout_s),
         )
     except asyncio.CancelledError:
         raise
-    except httpx.TimeoutException as exc:
-        kind = "connect_timeout" if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout) else "read_timeout"
+    except HttpTimeout as exc:
+        kind = "connect_timeout" if isinstance(exc, ConnectTimeout | PoolTimeout) else "read_timeout"
         return (), f"{kind}: GET /models took longer than {timeout_s:g} s"
     except Exception as exc:  # noqa: BLE001
         kind, msg = classify_exception(exc, started_stream=False)

@@ -18,9 +18,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-import httpx
-
 from lpxtop import __version__
+from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, EndpointWindow
 from lpxtop.model.alerts import Alert
@@ -43,7 +42,7 @@ WORKER_THREADS = 3  # asyncio.to_thread pool: GPU, host and ports, and the endpo
 
 
 class Scraper(Protocol):
-    async def scrape(self, client: httpx.AsyncClient) -> ServerMetrics: ...
+    async def scrape(self, client: HttpClient) -> ServerMetrics: ...
 
 
 class GpuSource(Protocol):
@@ -138,7 +137,7 @@ class Engine:
         host: HostSource | None = None,
         ports: PortSource | None = None,
         alerts: AlertSource | None = None,
-        discover: Callable[[httpx.AsyncClient], Any] | None = None,
+        discover: Callable[[HttpClient], Any] | None = None,
         on_surge: Callable[[bool], None] | None = None,
     ) -> None:
         self.settings = settings or EngineSettings()
@@ -311,20 +310,9 @@ class Engine:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _client(self) -> httpx.AsyncClient:
-        """The one client of probes, scrapes and discovery; reads go through lpxtop's asyncio backend.
-
-        The transport is what httpx.AsyncClient(limits=..., trust_env=False) would build itself; only
-        its network backend is swapped (see netbackend.py: anyio's per-read cost), when httpx allows.
-        """
-        from lpxtop.engine.netbackend import use_asyncio_backend  # here: this method is the only user
-
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=32, keepalive_expiry=30)
-        transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
-        use_asyncio_backend(transport)
-        return httpx.AsyncClient(
-            transport=transport, timeout=httpx.Timeout(30.0), follow_redirects=False, trust_env=False
-        )
+    def _client(self) -> HttpClient:
+        """The one client of probes, scrapes and discovery (lpxtop's own, on asyncio: httpclient.py)."""
+        return HttpClient(timeout=30.0, max_connections=64, max_idle=32, idle_expiry_s=30.0)
 
     def _add_state(self, config: EndpointConfig) -> _EndpointState:
         if config.name in self._states:
@@ -339,12 +327,12 @@ class Engine:
         self._dirty = True
         return state
 
-    def _start_endpoint(self, state: _EndpointState, client: httpx.AsyncClient) -> None:
+    def _start_endpoint(self, state: _EndpointState, client: HttpClient) -> None:
         state.tasks.append(asyncio.create_task(self._probe_loop(state, client), name=f"probe:{state.config.name}"))
         if state.scraper is not None:
             state.tasks.append(asyncio.create_task(self._scrape_loop(state, client), name=f"scrape:{state.config.name}"))
 
-    async def _probe_loop(self, state: _EndpointState, client: httpx.AsyncClient) -> None:
+    async def _probe_loop(self, state: _EndpointState, client: HttpClient) -> None:
         """One probe at a time per endpoint, started every interval (or right after a slow one)."""
         while True:
             while self._paused:
@@ -360,7 +348,7 @@ class Engine:
                 # wake early on reset / interval change / resume
                 await asyncio.wait_for(state.wake.wait(), max(0.0, delay))
 
-    async def _probe(self, state: _EndpointState, client: httpx.AsyncClient) -> Sample | None:
+    async def _probe(self, state: _EndpointState, client: HttpClient) -> Sample | None:
         try:
             model, error = await self._resolve_model(state, client)
             state.in_flight = True
@@ -385,7 +373,7 @@ class Engine:
         self._dirty = True
         return sample
 
-    async def _resolve_model(self, state: _EndpointState, client: httpx.AsyncClient) -> tuple[str | None, str | None]:
+    async def _resolve_model(self, state: _EndpointState, client: HttpClient) -> tuple[str | None, str | None]:
         """Ask /v1/models now and then: for the model to send when none is configured, and for ports' mismatch check."""
         now = time.monotonic()
         if state.model is not None and now - state.models_checked_at < 60.0:
@@ -409,14 +397,14 @@ class Engine:
             await work()
             await asyncio.sleep(max(0.1, period_s - (time.monotonic() - began)))
 
-    async def _scrape_loop(self, state: _EndpointState, client: httpx.AsyncClient) -> None:
+    async def _scrape_loop(self, state: _EndpointState, client: HttpClient) -> None:
         async def scrape_unless_paused() -> None:
             if not self._paused:
                 await self._scrape(state, client)
 
         await self._every(state.config.metrics_interval_s, scrape_unless_paused)
 
-    async def _scrape(self, state: _EndpointState, client: httpx.AsyncClient) -> None:
+    async def _scrape(self, state: _EndpointState, client: HttpClient) -> None:
         assert state.scraper is not None
         try:
             metrics = await state.scraper.scrape(client)
@@ -473,12 +461,12 @@ class Engine:
     def _endpoint_pids(self) -> dict[int, str]:
         return {p.pid: p.endpoint for p in self._port_statuses if p.pid is not None and p.endpoint}
 
-    async def _discovery_loop(self, client: httpx.AsyncClient) -> None:
+    async def _discovery_loop(self, client: HttpClient) -> None:
         while True:
             await self._run_discovery(client, start=True)
             await asyncio.sleep(self.settings.discover_every_s)
 
-    async def _run_discovery(self, client: httpx.AsyncClient, start: bool = False) -> None:
+    async def _run_discovery(self, client: HttpClient, start: bool = False) -> None:
         assert self._discover is not None
         try:
             found = await self._discover(client)

@@ -6,14 +6,15 @@ import asyncio
 import os
 from typing import Any
 
-import httpx
-
+from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.metric_names import KINDS, KindNames
 from lpxtop.engine.server_exposition import Exposition
 from lpxtop.engine.server_ollama import looks_like_ps
 from lpxtop.model.endpoint import EndpointConfig
 
-PROBE_TIMEOUT = httpx.Timeout(3.0)
+PROBE_TIMEOUT = 3.0
+
+MAX_JSON_BYTES = 4 * 1024 * 1024
 
 # /v1/models `owned_by` values that name the server (vLLM, SGLang, llama-server, LMDeploy say so).
 OWNED_BY = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp", "lmdeploy": "lmdeploy", "tgi": "tgi"}
@@ -29,7 +30,7 @@ def detect_kind(expo: Exposition) -> KindNames | None:
     return next((k for k in KINDS if present[k.kind]), None)
 
 
-async def probe_kind(client: httpx.AsyncClient, endpoint: EndpointConfig) -> str | None:
+async def probe_kind(client: HttpClient, endpoint: EndpointConfig) -> str | None:
     """Ask a server what it is, for servers without /metrics; None when nothing says. Never raises.
 
     Tries, each bounded by a 3 s timeout: /v1/models `owned_by`, Ollama's /api/version and
@@ -67,10 +68,10 @@ def auth_headers(endpoint: EndpointConfig) -> dict[str, str]:
     return headers
 
 
-async def _get_json(client: httpx.AsyncClient, url: str, headers: dict[str, str] | None = None) -> Any:
+async def _get_json(client: HttpClient, url: str, headers: dict[str, str] | None = None) -> Any:
     try:
         # The overall bound also covers a server that trickles bytes under the per-read timeout.
-        r = await asyncio.wait_for(client.get(url, headers=headers, timeout=PROBE_TIMEOUT), 4.0)
+        r = await asyncio.wait_for(client.get(url, headers=headers, timeout=PROBE_TIMEOUT, max_bytes=MAX_JSON_BYTES), 4.0)
         if r.status_code != 200:
             return None
         return r.json()

@@ -11,8 +11,16 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-import httpx
-
+from lpxtop.engine.httpclient import (
+    BodyTooLarge,
+    ConnectError,
+    HttpClient,
+    HttpError,
+    HttpTimeout,
+    ReadError,
+    RemoteProtocolError,
+    WriteError,
+)
 from lpxtop.engine.metric_names import BY_KIND, KindNames, family_names, histogram_names
 from lpxtop.engine.server_exposition import Exposition, NotPrometheusText, short_reason
 from lpxtop.engine.server_kinds import auth_headers, detect_kind, probe_kind
@@ -31,10 +39,6 @@ REQUEST_HEADERS = {
     "Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
 }
 NO_METRICS_STATUSES = (401, 403, 404, 405, 501)
-
-
-class _TooLarge(Exception):
-    pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,14 +103,14 @@ class ServerScraper:
         if self._inflight is not None and not self._inflight.done():
             self._inflight.cancel()
 
-    async def scrape(self, client: httpx.AsyncClient) -> ServerMetrics:
+    async def scrape(self, client: HttpClient) -> ServerMetrics:
         """One bounded scrape (about `timeout_s` at most); never raises."""
         if self._inflight is None or self._inflight.done():
             self._inflight = asyncio.ensure_future(self._scrape_once(client))
         # shield: a cancelled caller must not cancel the scrape another caller is waiting on.
         return await asyncio.shield(self._inflight)
 
-    async def _scrape_once(self, client: httpx.AsyncClient) -> ServerMetrics:
+    async def _scrape_once(self, client: HttpClient) -> ServerMetrics:
         try:
             result = await self._scrape(client)
         except Exception as e:  # a bug here must not take the engine down
@@ -114,7 +118,7 @@ class ServerScraper:
         self._last = result
         return result
 
-    async def _scrape(self, client: httpx.AsyncClient) -> ServerMetrics:
+    async def _scrape(self, client: HttpClient) -> ServerMetrics:
         if self._forced == "openai":
             return self._failed("no /metrics: server_kind is openai (hosted APIs expose none)")
         if self._ollama:
@@ -200,7 +204,7 @@ class ServerScraper:
             return self._failed(f"no /metrics: HTTP {code}")
         return self._failed(f"error: /metrics answered HTTP {code}")
 
-    async def _is_ollama(self, client: httpx.AsyncClient) -> bool:
+    async def _is_ollama(self, client: HttpClient) -> bool:
         answer = await self._get(client, self.endpoint.origin + "/api/ps", 1024 * 1024, "/api/ps")
         if isinstance(answer, ServerMetrics) or answer.status_code != 200:
             return False
@@ -209,7 +213,7 @@ class ServerScraper:
         except ValueError:
             return False
 
-    async def _scrape_ollama(self, client: httpx.AsyncClient) -> ServerMetrics:
+    async def _scrape_ollama(self, client: HttpClient) -> ServerMetrics:
         started = self._clock()
         answer = await self._get(client, self.endpoint.origin + "/api/ps", 1024 * 1024, "/api/ps")
         if isinstance(answer, ServerMetrics):
@@ -224,7 +228,7 @@ class ServerScraper:
         return dataclasses.replace(metrics, scrape_ms=(self._clock() - started) * 1000.0)
 
     async def _get(
-        self, client: httpx.AsyncClient, url: str, limit: int, what: str
+        self, client: HttpClient, url: str, limit: int, what: str
     ) -> _Answer | ServerMetrics:
         """GET with a per-operation timeout and an overall deadline; failures come back as ServerMetrics.
 
@@ -233,38 +237,31 @@ class ServerScraper:
         """
         try:
             try:
-                # httpx's timeout is per read; the overall deadline also stops a server that trickles bytes.
+                # The client's timeout is per read; the overall deadline also stops a server that trickles bytes.
                 return await asyncio.wait_for(self._read(client, url, limit), self.timeout_s + 0.5)
-            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+            except (RemoteProtocolError, ReadError, WriteError):
                 return await asyncio.wait_for(self._read(client, url, limit), self.timeout_s + 0.5)
-        except (asyncio.TimeoutError, TimeoutError, httpx.TimeoutException):
+        except (asyncio.TimeoutError, TimeoutError, HttpTimeout):
             return self._failed(f"no {what}: timed out after {self.timeout_s:g} s ({_where(url)})")
-        except httpx.ConnectError as e:
+        except ConnectError as e:
             if _refused(e):
                 return self._failed(f"no {what}: connection refused ({_where(url)})")
             return self._failed(f"no {what}: cannot connect to {_where(url)} ({short_reason(e)})")
-        except _TooLarge:
+        except BodyTooLarge:
             return self._failed(f"error: {what} is larger than {limit // (1024 * 1024)} MiB")
-        except (httpx.HTTPError, OSError) as e:
+        except (HttpError, OSError) as e:
             return self._failed(f"error: {what} request failed ({type(e).__name__}: {short_reason(e)})")
 
-    async def _read(self, client: httpx.AsyncClient, url: str, limit: int) -> _Answer:
-        timeout = httpx.Timeout(self.timeout_s)
+    async def _read(self, client: HttpClient, url: str, limit: int) -> _Answer:
         # Some servers guard /metrics with the API key; never send it to another host.
         headers = auth_headers(self.endpoint) if _origin(url) == self.endpoint.origin else {}
         headers.update(REQUEST_HEADERS)
-        async with client.stream("GET", url, headers=headers, timeout=timeout) as r:
-            cap = limit if r.status_code == 200 else MAX_ERROR_BYTES
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in r.aiter_bytes():
-                size += len(chunk)
-                if size > cap:
-                    if r.status_code != 200:
-                        break  # an error page: its start is enough to explain it
-                    raise _TooLarge
-                chunks.append(chunk)
-            return _Answer(r.status_code, r.headers.get("content-type", ""), b"".join(chunks))
+        async with await client.stream("GET", url, headers=headers, timeout=self.timeout_s) as r:
+            if r.status_code == 200:
+                body = await r.read(limit)  # BodyTooLarge over the limit
+            else:
+                body = await r.read(MAX_ERROR_BYTES, truncate=True)  # an error page: its start explains it
+            return _Answer(r.status_code, r.headers.get("content-type", ""), body)
 
     def _failed(self, status: str, kind: str | None = None) -> ServerMetrics:
         return ServerMetrics(
@@ -293,7 +290,7 @@ def time_outside_engine_ms(client_ttft_p50_ms: float | None, server: ServerMetri
 
 
 def _refused(e: BaseException) -> bool:
-    # httpx wraps the OS error (anyio says "All connection attempts failed"): walk the chain.
+    # The client wraps the OS error (a ConnectError from ConnectionRefusedError): walk the chain.
     seen: BaseException | None = e
     for _ in range(8):
         if seen is None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 import time
 
-import httpx
 import pytest
 from aiohttp import web
 
 from lpxtop.engine.discovery import USUAL_PORTS, candidate_ports, discover, discover_sync
+from lpxtop.engine.httpclient import HttpClient
 from lpxtop.model.endpoint import EndpointConfig
 from tests.functional.simhelpers import free_port
 from tests.functional.test_ports_support import listener_pids, running_children, wait_until
@@ -86,7 +86,7 @@ async def test_ollama_without_v1_models_is_found_through_its_native_api():
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     try:
-        async with httpx.AsyncClient(trust_env=False) as client:
+        async with HttpClient() as client:
             found = await discover(client, extra_ports=[port], include_usual=False)
     finally:
         await runner.cleanup()

@@ -7,10 +7,9 @@ import socket
 import sys
 import time
 
-import httpx
 import pytest
 
-from lpxtop.engine.netbackend import use_asyncio_backend
+from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import run_probe
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
@@ -23,13 +22,9 @@ def sim():
         yield handle
 
 
-async def probe(url: str, backend: str = "stock", **kw):
-    """One probe through httpx's stock network backend, or through lpxtop's asyncio one (netbackend.py),
-    which the engine uses; connection errors must be classified alike over both."""
-    transport = httpx.AsyncHTTPTransport(trust_env=False)
-    if backend == "asyncio":
-        assert use_asyncio_backend(transport), "httpx/httpcore internals changed: the engine fell back to anyio"
-    async with httpx.AsyncClient(transport=transport, trust_env=False) as client:
+async def probe(url: str, **kw):
+    """One probe through the engine's HTTP client, on a fresh client."""
+    async with HttpClient() as client:
         return await run_probe(client, endpoint(url, **kw))
 
 
@@ -88,9 +83,8 @@ async def test_missing_api_key_is_401_and_the_key_never_leaks(monkeypatch):
     assert secret not in json.dumps(endpoint(sim.url, api_key_env="LPXTOP_TEST_KEY").to_json())
 
 
-@pytest.mark.parametrize("backend", ["stock", "asyncio"])
-async def test_refused(backend):
-    sample = await probe(f"http://127.0.0.1:{free_port()}/v1", backend)
+async def test_refused():
+    sample = await probe(f"http://127.0.0.1:{free_port()}/v1")
     assert sample.error_kind == "refused", sample.error_text
 
 
@@ -99,15 +93,14 @@ async def test_tls_against_a_plain_http_server(sim):
     assert sample.error_kind == "tls", sample.error_text
 
 
-@pytest.mark.parametrize("backend", ["stock", "asyncio"])
-async def test_dns(monkeypatch, backend):
+async def test_dns(monkeypatch):
     # Resolving a name would send a query to the network's resolver; only loopback traffic is allowed
     # here, so the resolver itself (the lowest layer) answers "no such name".
     def no_such_name(*args, **kwargs):
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
     monkeypatch.setattr(socket, "getaddrinfo", no_such_name)
-    sample = await probe("http://no-such-host.invalid:8000/v1", backend)
+    sample = await probe("http://no-such-host.invalid:8000/v1")
     assert sample.error_kind == "dns", sample.error_text
 
 
@@ -174,7 +167,7 @@ async def test_cancelling_a_probe_from_outside_is_not_swallowed(sim):
     import asyncio
 
     sim.server.set_faults(count=1, stall_after_tokens=1, stall_s=3.0)
-    async with httpx.AsyncClient() as client:
+    async with HttpClient() as client:
         task = asyncio.ensure_future(run_probe(client, endpoint(sim.url, timeout_s=5.0)))
         await asyncio.sleep(0.3)
         task.cancel()
@@ -187,7 +180,7 @@ async def test_a_timed_out_probe_leaves_its_task_usable(sim):
 
     # The timeout is delivered by cancelling the probing task; afterwards that task must await normally.
     sim.server.set_faults(count=1, first_token_delay_ms=2000)
-    async with httpx.AsyncClient() as client:
+    async with HttpClient() as client:
         sample = await run_probe(client, endpoint(sim.url, first_token_timeout_s=0.3))
         assert sample.error_kind == "first_token_timeout"
         await asyncio.sleep(0.05)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
+from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import run_probe
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
@@ -14,7 +14,7 @@ TOLERANCE_MS = 3.0
 
 
 async def _probe_n(url: str, n: int, **kw):
-    async with httpx.AsyncClient() as client:
+    async with HttpClient() as client:
         return [await run_probe(client, endpoint(url, **kw)) for _ in range(n)]
 
 
@@ -86,7 +86,7 @@ async def test_probes_reuse_one_connection():
 
     with start_sim_in_thread(SimConfig(model="m", ttft_ms=2, itl_ms=1)) as sim:
         local_ports: set[int] = set()
-        async with httpx.AsyncClient() as client:
+        async with HttpClient() as client:
             for _ in range(5):
                 sample = await run_probe(client, endpoint(sim.url, max_tokens=6))
                 assert sample.ok, sample.error_text

@@ -16,14 +16,15 @@ pytestmark = [pytest.mark.realserver, pytest.mark.timeout(300)]
 async def test_llamacpp_without_metrics_flag(llama_server_no_metrics) -> None:
     servers = import_lpxtop("lpxtop.engine.servers", "ServerScraper")
     probe = import_lpxtop("lpxtop.engine.probe", "run_probe")
+    httpclient = import_lpxtop("lpxtop.engine.httpclient", "HttpClient")
     server = llama_server_no_metrics
     endpoint = EndpointConfig(name="llama-nometrics", url=server.api_url, model=LLAMA_MODEL, max_tokens=16)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as client:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as client, httpclient.HttpClient(timeout=30.0) as ours:
         raw = await raw_scrape(client, server.origin)
         assert raw.status == 501  # what the server does, seen directly
-        result = servers.ServerScraper(endpoint).scrape(client)
+        result = servers.ServerScraper(endpoint).scrape(ours)
         metrics = await result if inspect.isawaitable(result) else result
-        sample = await probe.run_probe(client, endpoint)
+        sample = await probe.run_probe(ours, endpoint)
 
     assert metrics.status != "ok"
     assert "501" in metrics.status, metrics.status

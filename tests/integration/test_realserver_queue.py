@@ -102,7 +102,7 @@ class Sandwich:
         )
 
 
-async def lpxtop_scrape(scraper: object, client: httpx.AsyncClient) -> object:
+async def lpxtop_scrape(scraper: object, client: object) -> object:
     result = scraper.scrape(client)
     return await result if inspect.isawaitable(result) else result
 
@@ -110,10 +110,11 @@ async def lpxtop_scrape(scraper: object, client: httpx.AsyncClient) -> object:
 @pytest.mark.parametrize("case", CASES, ids=[c.kind for c in CASES])
 async def test_queue_and_running_agree_with_direct_scrape(case: Case, request: pytest.FixtureRequest) -> None:
     servers = import_lpxtop("lpxtop.engine.servers", "ServerScraper")
+    httpclient = import_lpxtop("lpxtop.engine.httpclient", "HttpClient")
     server = request.getfixturevalue(case.fixture)
     scraper = servers.ServerScraper(EndpointConfig(name=case.kind, url=server.api_url, model=case.model))
     sandwiches: list[Sandwich] = []
-    async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client, httpclient.HttpClient(timeout=10.0) as lpx:
         await wait_idle(client, server.origin, case.running, case.waiting)
         async with stream_load(server.api_url, case.model, case.streams, case.max_tokens) as load, LoopLag() as lag:
             deadline = time.monotonic() + ROUND_BUDGET_S
@@ -123,7 +124,7 @@ async def test_queue_and_running_agree_with_direct_scrape(case: Case, request: p
                 lag.take()
                 before = await raw_scrape(client, server.origin)
                 started = time.monotonic()
-                ours = await lpxtop_scrape(scraper, client)
+                ours = await lpxtop_scrape(scraper, lpx)
                 returned = time.monotonic()
                 after = await raw_scrape(client, server.origin)
                 sandwiches.append(Sandwich(before, ours, after, (started, returned), *lag.take()))

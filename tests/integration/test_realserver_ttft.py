@@ -59,10 +59,13 @@ def histogram_delta(before: RawScrape, after: RawScrape) -> dict[float, float]:
     return {le: a[le] - b.get(le, 0.0) for le in a}
 
 
-async def probe_batch(probe: ModuleType, client: httpx.AsyncClient, endpoint: EndpointConfig, origin: str):
-    """PROBES sequential probes; (samples, /metrics before, /metrics after, TTFT histogram delta)."""
+async def probe_batch(
+    probe: ModuleType, client: httpx.AsyncClient, ours: object, endpoint: EndpointConfig, origin: str
+):
+    """PROBES sequential probes over lpxtop's client `ours`; (samples, /metrics before, /metrics after,
+    TTFT histogram delta), the raw scrapes over httpx's `client`."""
     before = await raw_scrape(client, origin)
-    samples = [await probe.run_probe(client, endpoint) for _ in range(PROBES)]
+    samples = [await probe.run_probe(ours, endpoint) for _ in range(PROBES)]
     # vLLM records TTFT before streaming the token, so the delta is complete by now; allow a moment.
     deadline = time.monotonic() + 5.0
     while True:
@@ -75,11 +78,12 @@ async def probe_batch(probe: ModuleType, client: httpx.AsyncClient, endpoint: En
 
 async def test_probe_ttft_matches_server_histogram(vllm_server) -> None:
     probe = import_lpxtop("lpxtop.engine.probe", "run_probe")
+    httpclient = import_lpxtop("lpxtop.engine.httpclient", "HttpClient")
     endpoint = EndpointConfig(name="vllm", url=vllm_server.api_url, model=VLLM_MODEL, max_tokens=16)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as client:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as client, httpclient.HttpClient(timeout=30.0) as ours:
         await wait_idle(client, vllm_server.origin, "vllm:num_requests_running", "vllm:num_requests_waiting")
         for _ in range(3):  # opens the pooled connection, warms the engine
-            warm = await probe.run_probe(client, endpoint)
+            warm = await probe.run_probe(ours, endpoint)
             if warm.ok:
                 break
         assert warm.ok, warm.error_text
@@ -91,7 +95,7 @@ async def test_probe_ttft_matches_server_histogram(vllm_server) -> None:
         tried = []
         async with LoopLag() as lag:
             for _ in range(BATCHES):
-                samples, before, after, delta = await probe_batch(probe, client, endpoint, vllm_server.origin)
+                samples, before, after, delta = await probe_batch(probe, client, ours, endpoint, vllm_server.origin)
                 held_ms, waited_ms = lag.take()
                 empty = any(s.error_kind == "empty" for s in samples)
                 tried.append(f"empty answer: {empty}, loop held up {held_ms:.0f} ms, off the CPU {waited_ms:.0f} ms")

@@ -10,10 +10,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-import httpx
 import pytest
 from aiohttp import web
 
+from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.server_kinds import probe_kind
 from lpxtop.engine.servers import ServerScraper
 from lpxtop.model.endpoint import EndpointConfig
@@ -46,8 +46,8 @@ async def serve(routes: dict[str, Handler]) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def http_client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(trust_env=False) as client:  # no proxy from the environment
+async def http_client() -> AsyncIterator[HttpClient]:
+    async with HttpClient() as client:
         yield client
 
 
