@@ -116,6 +116,10 @@ async def test_queue_and_running_agree_with_direct_scrape(case: Case, request: p
     sandwiches: list[Sandwich] = []
     async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client, httpclient.HttpClient(timeout=10.0) as lpx:
         await wait_idle(client, server.origin, case.running, case.waiting)
+        # lpxtop is connected before the load comes, as when it watches a server: llama-server serves
+        # each connection on one of its n_parallel + 4 HTTP threads (8 here), so a new connection made
+        # while the 8 streams hold them waits for one to finish (a first scrape then timed out at 3 s).
+        await lpxtop_scrape(scraper, lpx)
         async with stream_load(server.api_url, case.model, case.streams, case.max_tokens) as load, LoopLag() as lag:
             deadline = time.monotonic() + ROUND_BUDGET_S
             for _ in range(MAX_ROUNDS):
