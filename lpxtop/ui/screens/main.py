@@ -173,7 +173,7 @@ class MainScreen(Screen):
             message.update(text)
         message.display = not views
         table.display = bool(views)
-        table.show(views, thresholds, palette, force=force)
+        table.show(views, thresholds, palette)
         strip = self.query_one(EndpointStrip)
         strip.display = bool(views)
         selected = table.selected_name

@@ -208,7 +208,7 @@ class EndpointsTable(RowTable):
         """Endpoint names in display order (after filter and sort)."""
         return self.row_keys
 
-    def show(self, views: Sequence[EndpointView], thresholds: Thresholds, palette: Palette, *, force: bool = False) -> None:
+    def show(self, views: Sequence[EndpointView], thresholds: Thresholds, palette: Palette) -> None:
         """Display `views` (already filtered and sorted)."""
         seen: set[str] = set()
         # Rows are keyed by name: a duplicate name (a config mistake) would make two rows one; show the first.
