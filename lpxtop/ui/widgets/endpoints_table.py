@@ -19,7 +19,7 @@ from lpxtop.ui.formatting import (
     spark_text,
 )
 from lpxtop.ui.palette import Palette
-from lpxtop.ui.widgets.row_table import RowTable, TableCell, TableColumn
+from lpxtop.ui.widgets.row_table import COLUMN_PADDING, RowTable, TableCell, TableColumn
 
 STATUS_SYMBOLS = {"up": "●", "degraded": "◐", "down": "✖", "pending": "…"}
 DISCOVERED_MARK = "◇"  # endpoints found by discovery rather than named by the user
@@ -126,7 +126,6 @@ COLUMNS: tuple[Column, ...] = (
     Column("trend", "TTFT trend", 12, 5, lambda v, t: Cell(spark_text(ttft_trend(v), 12), "ok", False)),
     Column("last_error", "Last error", 16, 6, lambda v, t: Cell(v.last_error or "", "critical" if v.last_error else "ok", False), True),
 )
-COLUMN_PADDING = 2  # RowTable's padding, one cell on both sides
 
 
 def columns_for_width(width: int) -> tuple[Column, ...]:
@@ -193,10 +192,6 @@ class EndpointsTable(RowTable):
     """Endpoints, one row each, keyed by name; only rows whose text or colour changed are redrawn."""
 
     BINDINGS = [Binding("enter", "select_cursor", "detail", key_display="⏎")]
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self._shown: tuple | None = None
 
     @property
     def selected_name(self) -> str | None:

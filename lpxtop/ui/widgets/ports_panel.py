@@ -16,7 +16,7 @@ from textual.widgets import Static
 from lpxtop.model.ports import LeftoverProcess, PortStatus
 from lpxtop.ui.formatting import UNKNOWN
 from lpxtop.ui.palette import Palette
-from lpxtop.ui.widgets.row_table import RowTable, TableCell, TableColumn
+from lpxtop.ui.widgets.row_table import COLUMN_PADDING, RowTable, TableCell, TableColumn
 
 STATE_LEVEL = {"ok": "ok", "down": "critical", "conflict": "critical", "leftover": "warning"}
 
@@ -104,7 +104,7 @@ class PortsPanel(Vertical):
             return
         self._key = key
         # Leave room for the command's padding and a vertical scrollbar, so no horizontal one appears.
-        command_width = max(8, width - sum(w + 2 for _, _, w in COLUMNS[:-1]) - 2 - 2)
+        command_width = max(8, width - sum(w + COLUMN_PADDING for _, _, w in COLUMNS[:-1]) - COLUMN_PADDING - 2)
         self.table.set_table(
             [TableColumn(key_, label, w or command_width) for key_, label, w in COLUMNS],
             [

@@ -27,16 +27,16 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 PADDING = 1  # cells of padding each side of a column, as DataTable's default cell_padding
+COLUMN_PADDING = 2 * PADDING  # what a column takes beyond its width
 
 
 @dataclass(frozen=True)
 class TableColumn:
-    """A column: its key, header label, width in cells (padding not included) and alignment."""
+    """A column: its key, header label (left-aligned) and width in cells, padding not included."""
 
     key: str
     label: str
     width: int
-    right: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class TableCell:
 
     text: str
     style: Style | None = None
-    right: bool | None = None  # None: the column's alignment
+    right: bool = False  # aligned on the right (figures) rather than the left
 
 
 def fit(text: str, width: int, right: bool) -> str:
@@ -183,7 +183,7 @@ class RowTable(ScrollView, can_focus=True):
         for key in [k for k in self._strips if k not in live]:
             del self._strips[key]
         if reshaped:
-            width = sum(c.width + 2 * PADDING for c in columns)
+            width = sum(c.width + COLUMN_PADDING for c in columns)
             self._header = None
             self.virtual_size = Size(width, len(new_keys) + 1)
             self.refresh(layout=True)
@@ -207,8 +207,7 @@ class RowTable(ScrollView, can_focus=True):
             style = base + cell.style if cell.style is not None else base
             if over is not None:
                 style = style + over
-            right = column.right if cell.right is None else cell.right
-            segments.append(Segment(pad + fit(cell.text, column.width, right) + pad, style))
+            segments.append(Segment(pad + fit(cell.text, column.width, cell.right) + pad, style))
         return Strip(segments)
 
     def render_line(self, y: int) -> Strip:
