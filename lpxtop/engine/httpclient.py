@@ -190,6 +190,7 @@ class _Protocol(asyncio.Protocol):
         self.reading_paused = False
         self.writing_paused = False
         self.on_idle_event: Callable[[], None] | None = None  # set while the connection sits in the pool
+        self.on_data: Callable[[], None] | None = None  # set while Response.feed() hands bytes over in here
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -198,6 +199,12 @@ class _Protocol(asyncio.Protocol):
         self.arrived_ns = time.perf_counter_ns()  # the measurement: bytes off the socket, nothing parsed yet
         buffer = self.buffer
         buffer += data
+        on_data = self.on_data
+        if on_data is not None:
+            # A feeding response takes the bytes now, and wakes its reader itself when done (it may also
+            # put the connection back in the pool: these bytes were its own, not news on an idle one).
+            on_data()
+            return
         if len(buffer) > _HIGH_WATER and not self.reading_paused and self.transport is not None:
             self.reading_paused = True
             self.transport.pause_reading()
@@ -555,6 +562,10 @@ class Response:
         self._keep_alive = keep_alive
         self._read_timeout = read_timeout
         self._content: bytes | None = None
+        self._sink: Callable[[bytes, int], bool] | None = None  # feed()'s state
+        self._sink_stopped = False
+        self._sink_error: BaseException | None = None
+        self._feed_timeout: float | None = None
         if framing == _DONE:
             self._finish()
 
@@ -625,6 +636,97 @@ class Response:
                 protocol.waiter = None
             if not arrived:
                 raise ReadTimeout(f"no data within {timeout:g} s")
+
+    async def feed(self, sink: Callable[[bytes, int], bool], timeout: float | None | _Default = _DEFAULT) -> bool:
+        """Hand the body to `sink(data, arrived_ns)` as each read brings it, until the body ends (False)
+        or the sink returns True (True; the rest of the body stays unread).
+
+        The sink runs inside the transport's read callback, so a stream of small reads costs one
+        event-loop pass per read instead of two (the read, then the waiting task's wake-up). It must not
+        block. What it raises is raised here. `timeout`: the longest wait for bytes, restarted by every
+        read (default: the request's read timeout).
+        """
+        if timeout is _DEFAULT:
+            timeout = self._read_timeout
+        conn = self._conn
+        if conn is None:
+            if self._framing == _DONE:
+                return False
+            raise ReadError("the response was closed")
+        protocol = conn.protocol
+        self._sink = sink
+        self._sink_stopped = False
+        self._sink_error = None
+        self._feed_timeout = timeout  # type: ignore[assignment]
+        protocol.on_data = self._take_fed
+        try:
+            if protocol.buffer:
+                self._take_fed()  # bytes that came in with the head
+            while True:
+                if self._sink_error is not None:
+                    raise self._sink_error
+                if self._sink_stopped:
+                    return True
+                conn = self._conn
+                if conn is None:  # the body ended: _take_fed finished it
+                    return False
+                if protocol.eof or protocol.lost:
+                    if self._framing == _CLOSE and protocol.error is None:
+                        self._framing = _DONE
+                        self._finish()
+                        return False
+                    error = conn.read_failure()
+                    self._close()
+                    raise error
+                waiter = conn.arm(timeout)  # type: ignore[arg-type]
+                try:
+                    arrived = await waiter
+                finally:
+                    if protocol.waiter is waiter:  # a finished body's connection may serve another request now
+                        protocol.waiter = None
+                if not arrived:
+                    raise ReadTimeout(f"no data within {timeout:g} s")
+        finally:
+            if protocol.on_data == self._take_fed:
+                protocol.on_data = None
+            self._sink = None
+            self._sink_error = None
+
+    def _take_fed(self) -> None:
+        """`feed()`'s work, called by the protocol on each read: decode, hand over, wake the reader when done."""
+        conn = self._conn
+        if conn is None or self._sink is None:
+            return
+        protocol = conn.protocol
+        buffer = protocol.buffer
+        ended = False
+        try:
+            framing = self._framing
+            if framing == _CHUNKED:
+                data = self._decode_chunked(buffer)
+            elif framing == _LENGTH:
+                data = self._decode_length(buffer)
+            else:
+                data = bytes(buffer)
+                buffer.clear()
+            if protocol.reading_paused:
+                protocol.consumed()
+            ended = self._framing == _DONE
+            if data:
+                self.arrived_ns = protocol.arrived_ns
+                self._sink_stopped = bool(self._sink(data, protocol.arrived_ns))
+        except Exception as exc:  # noqa: BLE001 - raised again by feed(), in the reading task
+            self._sink_error = exc
+        if ended or self._sink_stopped or self._sink_error is not None:
+            protocol.on_data = None  # later bytes wait in the buffer, as with receive()
+            waiter = protocol.waiter
+            protocol.waiter = None
+            if waiter is not None and not waiter.done():
+                waiter.set_result(True)
+            if ended:
+                self._finish()  # after the wake-up: the pool may hand the connection to another request
+        elif self._feed_timeout is not None:
+            conn.deadline = conn.loop.time() + self._feed_timeout  # the lazy read timer follows the reads
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive (see `receive`)."""

@@ -208,23 +208,24 @@ async def _stream(client: HttpClient, body: dict, endpoint: EndpointConfig, m: _
         if response.status_code != 200:
             await _raise_http_error(response)
         parser = SseParser()
-        receive = response.receive
-        while chunk := await receive():
-            t_ns = response.arrived_ns  # the moment the bytes came off the socket, before any parsing
+        status = response.status_code
+
+        def take(chunk: bytes, t_ns: int) -> bool:
+            # Runs in the client's read callback; t_ns is when these bytes came off the socket, before any parsing.
             had_token = bool(m.token_ns)
             for event in parser.feed(chunk, t_ns):
-                _handle_event(event.data, event.t_ns, m, response.status_code)
+                _handle_event(event.data, event.t_ns, m, status)
                 if m.done:
-                    break
-            if m.done:
-                break
+                    return True
             if parser.overflowed:
-                raise _ProbeError("bad_json", "an SSE line longer than 4 MiB", response.status_code)
+                raise _ProbeError("bad_json", "an SSE line longer than 4 MiB", status)
             if m.token_ns and not had_token:
                 watchdog.arm(total_deadline)  # the first token came: from now on only the whole request's limit
-        else:
+            return False
+
+        if not await response.feed(take):
             for event in parser.close(time.perf_counter_ns()):
-                _handle_event(event.data, event.t_ns, m, response.status_code)
+                _handle_event(event.data, event.t_ns, m, status)
         if m.done:
             # [DONE] is in: the measurement is complete. Read the body's end (the chunked encoding's
             # last chunk) so the connection goes back to the pool instead of being closed: otherwise

@@ -592,6 +592,211 @@ async def test_discard_reads_the_rest_so_the_connection_is_reused():
     assert len(accepted) == 1
 
 
+# --- feed(): the body handed over inside the read callback --------------------------------------------
+
+
+def collector(pieces: list[tuple[bytes, int]], stop_after: bytes | None = None) -> Callable[[bytes, int], bool]:
+    def sink(data: bytes, t_ns: int) -> bool:
+        pieces.append((data, t_ns))
+        return stop_after is not None and stop_after in b"".join(p for p, _ in pieces)
+
+    return sink
+
+
+async def test_feed_hands_over_the_same_bytes_as_receive_at_every_split():
+    """As the receive() test above: each response arrives in two writes split at one position."""
+    accepted: list[int] = []
+
+    async def split(reader, writer):
+        cut = 1
+        while True:
+            await read_request(reader)
+            writer.write(CHUNKED[:cut])
+            await writer.drain()
+            await asyncio.sleep(0.002)
+            writer.write(CHUNKED[cut:])
+            await writer.drain()
+            cut += 1
+
+    async with raw_server(split, accepted) as port, HttpClient(timeout=5.0) as client:
+        for cut in range(1, len(CHUNKED)):
+            response = await client.stream("GET", f"http://127.0.0.1:{port}/")
+            pieces: list[tuple[bytes, int]] = []
+            assert await response.feed(collector(pieces)) is False, cut
+            assert b"".join(p for p, _ in pieces) == CHUNKED_BODY, cut
+            assert all(p for p, _ in pieces), "no empty pieces"
+            stamps = [t for _, t in pieces]
+            assert stamps == sorted(stamps)
+            assert response.is_complete
+    assert len(accepted) == 1, "every fed body gave its connection back"
+
+
+async def test_feed_stamps_each_piece_with_its_own_read():
+    async def two_parts(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\none\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        writer.write(b"3\r\ntwo\r\n0\r\n\r\n")
+        await writer.drain()
+
+    async with raw_server(two_parts) as port, HttpClient(timeout=5.0) as client:
+        before = time.perf_counter_ns()
+        response = await client.stream("GET", f"http://127.0.0.1:{port}/")
+        pieces: list[tuple[bytes, int]] = []
+        assert await response.feed(collector(pieces)) is False
+        assert [p for p, _ in pieces] == [b"one", b"two"]
+        assert before <= pieces[0][1] and 0.15e9 < pieces[1][1] - pieces[0][1] < 0.5e9
+        assert response.arrived_ns == pieces[1][1]
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhe\r\n3\r\nllo\r\n0\r\n\r\n",
+    ],
+)
+async def test_feed_of_a_body_that_came_with_the_head(response):
+    accepted: list[int] = []
+    async with raw_server(answer_each(response), accepted) as port, HttpClient(timeout=2.0) as client:
+        for _ in range(2):
+            got = await client.stream("GET", f"http://127.0.0.1:{port}/")
+            pieces: list[tuple[bytes, int]] = []
+            assert await got.feed(collector(pieces)) is False
+            assert b"".join(p for p, _ in pieces) == b"hello"
+    assert len(accepted) == 1
+
+
+async def test_feed_of_a_close_delimited_body():
+    async def close_delimited(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\n\r\nabc")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b"def")
+        await writer.drain()
+        writer.close()
+
+    async with raw_server(close_delimited) as port, HttpClient(timeout=2.0) as client:
+        response = await client.stream("GET", f"http://127.0.0.1:{port}/")
+        pieces: list[tuple[bytes, int]] = []
+        assert await response.feed(collector(pieces)) is False
+        assert b"".join(p for p, _ in pieces) == b"abcdef"
+        assert response.is_complete
+
+
+async def test_a_sink_that_stops_early_leaves_the_rest_for_discard():
+    accepted: list[int] = []
+    async with raw_server(answer_each(CHUNKED), accepted) as port, HttpClient(timeout=2.0) as client:
+        for _ in range(3):
+            response = await client.stream("GET", f"http://127.0.0.1:{port}/")
+            pieces: list[tuple[bytes, int]] = []
+            assert await response.feed(collector(pieces, stop_after=b"[DONE]")) is True
+            assert b"[DONE]" in b"".join(p for p, _ in pieces)
+            assert await response.discard(65536, 0.5)
+    assert len(accepted) == 1, "the rest was read, so the connection went back to the pool"
+
+
+async def test_what_a_sink_raises_is_raised_by_feed_and_the_connection_is_closed():
+    stream_head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+    async def slow(reader, writer):
+        await read_request(reader)
+        writer.write(stream_head + b"3\r\nbad\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b"4\r\nmore\r\n0\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    def refuse(data: bytes, t_ns: int) -> bool:
+        raise ValueError(f"cannot take {data!r}")
+
+    async with raw_server(slow) as port, HttpClient(timeout=2.0) as client:
+        async with await client.stream("GET", f"http://127.0.0.1:{port}/") as response:
+            with pytest.raises(ValueError, match="cannot take b'bad'"):
+                await response.feed(refuse)
+        assert client.open_connections == 0
+
+
+async def test_feed_of_a_broken_or_cut_stream():
+    async def broken(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b"zz\r\n")
+        await writer.drain()
+        await reader.read()
+
+    async def cut(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.close()
+
+    for handler in (broken, cut):
+        async with raw_server(handler) as port, HttpClient(timeout=2.0) as client:
+            pieces: list[tuple[bytes, int]] = []
+            async with await client.stream("GET", f"http://127.0.0.1:{port}/") as response:
+                with pytest.raises(RemoteProtocolError):
+                    await response.feed(collector(pieces))
+            assert [p for p, _ in pieces] == [b"ok"], handler.__name__
+            assert client.open_connections == 0
+
+
+async def test_feed_times_out_only_when_no_bytes_come_for_the_read_timeout():
+    async def trickle_then_stall(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for _ in range(8):  # 0.8 s in all, each gap well inside the 0.3 s read timeout
+            writer.write(b"1\r\nx\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        await reader.read()
+
+    async with raw_server(trickle_then_stall) as port, HttpClient(timeout=0.3) as client:
+        response = await client.stream("GET", f"http://127.0.0.1:{port}/")
+        pieces: list[tuple[bytes, int]] = []
+        began = time.monotonic()
+        with pytest.raises(ReadTimeout):
+            await response.feed(collector(pieces))
+        took = time.monotonic() - began
+        assert len(pieces) == 8
+        assert 0.9 < took < 2.0, took
+        await response.aclose()
+        assert client.open_connections == 0
+
+
+async def test_feed_cancelled_from_outside_leaves_no_callback_behind():
+    async def trickle(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        with contextlib.suppress(OSError):
+            for _ in range(100):
+                writer.write(b"1\r\nx\r\n")
+                await writer.drain()
+                await asyncio.sleep(0.01)
+
+    async with raw_server(trickle) as port, HttpClient(timeout=2.0) as client:
+        response = await client.stream("GET", f"http://127.0.0.1:{port}/")
+        protocol = response._conn.protocol
+        pieces: list[tuple[bytes, int]] = []
+        task = asyncio.ensure_future(response.feed(collector(pieces)))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert protocol.on_data is None and protocol.waiter is None
+        taken = len(pieces)
+        await asyncio.sleep(0.05)
+        assert len(pieces) == taken, "nothing is handed over once feed() is gone"
+        await response.aclose()
+        assert client.open_connections == 0
+
+
 # --- cancellation -------------------------------------------------------------------------------------
 
 
