@@ -29,8 +29,12 @@ class EndpointWindow:
         self.errors: Counter[str] = Counter()
         self.last_error: str | None = None
         self.last_error_time: float | None = None
+        # The percentiles depend on the samples alone: recomputed only when a sample comes or goes,
+        # not for each /metrics scrape or in-flight flag that also makes a new view.
+        self._summary: _Summary | None = None
 
     def add(self, sample: Sample) -> None:
+        self._summary = None
         self.samples.append(sample)
         self.sent += 1
         if sample.ok:
@@ -48,6 +52,7 @@ class EndpointWindow:
         )
 
     def reset(self) -> None:
+        self._summary = None
         self.samples.clear()
         self.server_history.clear()
         self.sent = self.ok = self.failed = 0
@@ -59,6 +64,7 @@ class EndpointWindow:
         horizon = now - self.window_s
         while self.samples and self.samples[0].wall_time < horizon:
             self.samples.popleft()
+            self._summary = None
         while self.server_history and self.server_history[0].wall_time < horizon:
             self.server_history.popleft()
 
@@ -74,32 +80,51 @@ class EndpointWindow:
     ) -> EndpointView:
         """Summarize the window into an immutable view."""
         self._prune(now)
-        samples = tuple(self.samples)
-        good = [s for s in samples if s.ok]
-        approx = any(s.output_tokens_approx for s in good)
+        summary = self._summary
+        if summary is None:
+            summary = self._summary = _Summary(tuple(self.samples))
         return EndpointView(
             config=config,
-            status=endpoint_status(samples),
+            status=summary.status,
             model=model,
             server_kind=server_kind,
             probes_sent=self.sent,
             probes_ok=self.ok,
             probes_failed=self.failed,
             errors=dict(self.errors),
-            ttft_ms=Percentiles.of(_present(s.ttft_ms for s in good)),
-            itl_ms=Percentiles.of(list(itertools.chain.from_iterable(s.itl_ms for s in good))),
-            tpot_ms=Percentiles.of(_present(s.tpot_ms for s in good)),
-            e2e_ms=Percentiles.of(_present(s.e2e_ms for s in good)),
-            output_tokens_per_s=Percentiles.of(_present(s.decode_tokens_per_s for s in good)),
-            output_tokens=Percentiles.of(_present(s.output_tokens for s in good)),
-            output_tokens_approx=approx,
+            ttft_ms=summary.ttft_ms,
+            itl_ms=summary.itl_ms,
+            tpot_ms=summary.tpot_ms,
+            e2e_ms=summary.e2e_ms,
+            output_tokens_per_s=summary.output_tokens_per_s,
+            output_tokens=summary.output_tokens,
+            output_tokens_approx=summary.output_tokens_approx,
             last_error=self.last_error,
             last_error_time=self.last_error_time,
-            samples=samples,
+            samples=summary.samples,
             server=server,
             server_history=tuple(self.server_history),
             in_flight=in_flight,
         )
+
+
+class _Summary:
+    """What a window's samples say, computed once per set of samples."""
+
+    __slots__ = ("samples", "status", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s",
+                 "output_tokens", "output_tokens_approx")
+
+    def __init__(self, samples: tuple[Sample, ...]) -> None:
+        good = [s for s in samples if s.ok]
+        self.samples = samples
+        self.status = endpoint_status(samples)
+        self.ttft_ms = Percentiles.of(_present(s.ttft_ms for s in good))
+        self.itl_ms = Percentiles.of(list(itertools.chain.from_iterable(s.itl_ms for s in good)))
+        self.tpot_ms = Percentiles.of(_present(s.tpot_ms for s in good))
+        self.e2e_ms = Percentiles.of(_present(s.e2e_ms for s in good))
+        self.output_tokens_per_s = Percentiles.of(_present(s.decode_tokens_per_s for s in good))
+        self.output_tokens = Percentiles.of(_present(s.output_tokens for s in good))
+        self.output_tokens_approx = any(s.output_tokens_approx for s in good)
 
 
 def _present(values: Iterable[float | int | None]) -> list[float]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -81,13 +82,15 @@ class Sample:
     finish_reason: str | None = None
     retry_after_s: float | None = None
 
-    @property
+    # Derived values are cached on the (frozen) sample: a window's summary reads them for every
+    # sample each time a probe lands, and ITL alone is ~30 floats per sample.
+    @cached_property
     def itl_ms(self) -> tuple[float, ...]:
         """Gaps between consecutive token-bearing events."""
         t = self.token_event_ms
         return tuple(b - a for a, b in zip(t, t[1:]))
 
-    @property
+    @cached_property
     def tpot_ms(self) -> float | None:
         """(E2E − TTFT) / (N − 1), only for N > 1."""
         n = self.output_tokens
@@ -95,7 +98,7 @@ class Sample:
             return None
         return (self.e2e_ms - self.ttft_ms) / (n - 1)
 
-    @property
+    @cached_property
     def decode_tokens_per_s(self) -> float | None:
         """(N − 1) / (E2E − TTFT): the decode rate a user of this stream sees."""
         n = self.output_tokens
