@@ -105,6 +105,10 @@ class GpuCollector:
     def nvml(self) -> Nvml:
         return self._nvml
 
+    def cheap(self) -> bool:
+        """True when `collect()` would not touch the driver (NVML known unavailable for now): no need for a thread."""
+        return self._nvml.known_unavailable()
+
     def collect(self, endpoint_pids: Mapping[int, str] | None = None) -> GpuSnapshot:
         """One reading of all GPUs; processes joined to psutil and to `endpoint_pids` (pid -> endpoint)."""
         try:

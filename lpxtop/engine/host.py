@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 
+from lpxtop.engine.procinfo import descendants
 from lpxtop.model.host import HostProcess, HostSnapshot
 
 PRESSURE_MEMORY = Path("/proc/pressure/memory")
@@ -80,8 +81,11 @@ class HostCollector:
             return None  # called twice within one clock tick: no information
         return round(min(100.0, max(0.0, 100.0 * busy / total)), 1)
 
-    def collect(self, endpoint_pids: Mapping[int, str] | None = None) -> HostSnapshot:
-        """One reading; `endpoint_pids` maps a server's PID to its endpoint's name."""
+    def collect(
+        self, endpoint_pids: Mapping[int, str] | None = None, kids: Mapping[int, list[int]] | None = None
+    ) -> HostSnapshot:
+        """One reading; `endpoint_pids` maps a server's PID to its endpoint's name. `kids` (ppid -> PIDs,
+        from a process scan just made, such as the port monitor's) saves one scan of /proc per server."""
         mem = swap = None
         try:
             mem = psutil.virtual_memory()
@@ -105,7 +109,7 @@ class HostCollector:
             load_avg=load if load is not None and len(load) == 3 else None,  # type: ignore[arg-type]
             cpu_count=psutil.cpu_count(),
             mem_pressure_avg10=read_memory_pressure(self._pressure_path),
-            processes=self._server_processes(endpoint_pids or {}),
+            processes=self._server_processes(endpoint_pids or {}, kids),
             collected_at=time.time(),
         )
 
@@ -119,11 +123,13 @@ class HostCollector:
         self._procs[pid] = proc
         return proc
 
-    def _server_processes(self, endpoint_pids: Mapping[int, str]) -> tuple[HostProcess, ...]:
+    def _server_processes(
+        self, endpoint_pids: Mapping[int, str], kids: Mapping[int, list[int]] | None
+    ) -> tuple[HostProcess, ...]:
         seen: set[int] = set()
         rows = []
         for pid, endpoint in sorted(endpoint_pids.items(), key=lambda item: (item[1], item[0])):
-            rows.append(self._measure(pid, endpoint, seen))
+            rows.append(self._measure(pid, endpoint, seen, kids))
         # forget processes that are no longer servers or children of one (bounded either way)
         for pid in [p for p in self._procs if p not in seen]:
             del self._procs[pid]
@@ -131,7 +137,7 @@ class HostCollector:
             self._procs.clear()
         return tuple(rows)
 
-    def _measure(self, pid: int, endpoint: str, seen: set[int]) -> HostProcess:
+    def _measure(self, pid: int, endpoint: str, seen: set[int], kids: Mapping[int, list[int]] | None) -> HostProcess:
         fresh = pid not in self._procs
         try:
             proc = self._tracked(pid)
@@ -144,16 +150,19 @@ class HostCollector:
             return HostProcess(endpoint=endpoint, pid=pid, status="gone")
         except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
             return HostProcess(endpoint=endpoint, pid=pid, status="denied")
-        children = []
-        try:
-            children = proc.children(recursive=True)
-        except (psutil.Error, OSError):
-            pass
+        children: list[int] = []
+        if kids is not None:
+            children = descendants(pid, kids)
+        else:
+            try:
+                children = [child.pid for child in proc.children(recursive=True)]
+            except (psutil.Error, OSError):
+                pass
         counted = 0
         for child in children:
             try:
-                tracked = self._tracked(child.pid)
-                seen.add(child.pid)
+                tracked = self._tracked(child)
+                seen.add(child)
                 rss += tracked.memory_info().rss
                 cpu += tracked.cpu_percent(None)
                 counted += 1

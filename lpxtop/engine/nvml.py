@@ -157,6 +157,15 @@ class Nvml:
     def initialized(self) -> bool:
         return self._initialized
 
+    def known_unavailable(self) -> bool:
+        """True while `ensure()` would answer from memory: NVML is shut down, or failed and is not due for a retry."""
+        with self._lock:
+            if self._initialized:
+                return False
+            if self._closed:
+                return True
+            return self._failed_at is not None and self._clock() - self._failed_at < self._retry_s
+
     def ensure(self) -> str | None:
         """Initialise NVML if needed. None when ready, else why not (remembered for `retry_s`)."""
         with self._lock:

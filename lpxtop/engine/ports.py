@@ -87,6 +87,9 @@ class PortMonitor:
         self._cpu_primed: set[int] = set()
         self._last_pid: dict[tuple[str, int], int] = {}
         self._restarts: dict[tuple[str, int], _Restart] = {}
+        # ppid -> child PIDs from the last collect()'s process scan (None when it failed): the host
+        # collector reuses it rather than scanning /proc again for each server's children.
+        self.last_kids: dict[int, list[int]] | None = None
 
     def collect(
         self,
@@ -99,13 +102,16 @@ class PortMonitor:
         `served_models`: endpoint name -> model ids its /v1/models returned (missing or empty: it did
         not answer). `gpu_pids`: pid -> GPU bytes in use (from NVML; empty without a GPU).
         """
+        self.last_kids = None
         try:
             if self._local is None:
                 self._local = local_names_and_addresses()
             local_eps = [ep for ep in endpoints if is_local_host(ep.host, self._local)]
             table = self._scanner.scan()
             scan = scan_listeners()
-            kids = children_map(table)
+            kids = self.last_kids = children_map(table) if table else None
+            if kids is None:
+                kids = {}
             used: set[int] = set()
             statuses = []
             for ep in local_eps:

@@ -50,7 +50,9 @@ class GpuSource(Protocol):
 
 
 class HostSource(Protocol):
-    def collect(self, endpoint_pids: Mapping[int, str] | None = None) -> HostSnapshot: ...
+    def collect(
+        self, endpoint_pids: Mapping[int, str] | None = None, kids: Mapping[int, list[int]] | None = None
+    ) -> HostSnapshot: ...
 
 
 class PortSource(Protocol):
@@ -430,7 +432,11 @@ class Engine:
             return
         previous = self._gpu_snapshot
         try:
-            self._gpu_snapshot = await asyncio.to_thread(self._gpu.collect, self._endpoint_pids())
+            cheap = getattr(self._gpu, "cheap", None)
+            if cheap is not None and cheap():  # no driver: the answer is remembered, so skip the thread hop
+                self._gpu_snapshot = self._gpu.collect(self._endpoint_pids())
+            else:
+                self._gpu_snapshot = await asyncio.to_thread(self._gpu.collect, self._endpoint_pids())
         except Exception as exc:  # noqa: BLE001
             self._gpu_snapshot = GpuSnapshot(status=f"unavailable: {type(exc).__name__}: {exc}")
         # "unavailable" every second is no news: do not make readers redraw for it
@@ -453,7 +459,8 @@ class Engine:
                 log.exception("port check failed")
         if self._host is not None:
             try:
-                self._host_snapshot = await asyncio.to_thread(self._host.collect, self._endpoint_pids())
+                kids = getattr(self._ports, "last_kids", None)  # the port check's process scan, just made
+                self._host_snapshot = await asyncio.to_thread(self._host.collect, self._endpoint_pids(), kids)
             except Exception:  # noqa: BLE001
                 log.exception("host collection failed")
         self._dirty = True

@@ -263,18 +263,22 @@ def test_real_no_gpu_host_reports_unavailable_fast():
 def test_library_not_found_is_remembered_and_retried_every_30_s(monkeypatch, clock):
     drv = FakeDriver([], init_error=pynvml.NVMLError_LibraryNotFound()).install(monkeypatch)
     gc = collector(clock)
+    assert not gc.cheap(), "the first collect() tries the driver"
     first = gc.collect()
     assert first.status == (
         "unavailable: NVML library not found: no NVIDIA driver on this host (libnvidia-ml.so.1 is not installed)"
     )
     for _ in range(5):
         clock.t += 5.0
+        assert gc.cheap(), "the failure is remembered: collect() needs no worker thread"
         assert gc.collect().status == first.status
     assert drv.calls["nvmlInit"] == 1  # not retried every second
     clock.t += 6.0  # 31 s after the first try
+    assert not gc.cheap(), "a retry is due"
     drv.init_error = None
     drv.gpus = [FakeGpu()]
     assert gc.collect().status == "ok"
+    assert not gc.cheap()
     assert drv.calls["nvmlInit"] == 2
 
 

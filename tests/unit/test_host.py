@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from lpxtop.engine.host import HostCollector, parse_pressure, read_memory_pressure
@@ -100,6 +101,18 @@ def test_endpoint_server_processes_with_children(child):
     (mine,) = second.processes
     assert mine.cpu_pct is not None and mine.cpu_pct >= 0.0
     assert mine.to_json()["endpoint"] == "local"
+
+
+def test_children_from_a_process_scan_count_the_same_as_psutils_own(child):
+    from lpxtop.engine.procinfo import ProcessScanner, children_map
+
+    me = os.getpid()
+    kids = children_map(ProcessScanner().scan())
+    assert child.pid in kids[me]
+    (by_scan,) = HostCollector().collect({me: "local"}, kids).processes
+    (by_psutil,) = HostCollector().collect({me: "local"}).processes
+    assert by_scan.children == by_psutil.children >= 1
+    assert by_scan.rss_bytes > psutil.Process(child.pid).memory_info().rss
 
 
 def test_gone_server_process():
