@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import itertools
+from bisect import bisect_left, insort
 from collections import Counter, deque
-from collections.abc import Iterable
 
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import Percentiles, Sample
@@ -29,13 +28,20 @@ class EndpointWindow:
         self.errors: Counter[str] = Counter()
         self.last_error: str | None = None
         self.last_error_time: float | None = None
-        # The percentiles depend on the samples alone: recomputed only when a sample comes or goes,
-        # not for each /metrics scrape or in-flight flag that also makes a new view.
+        # Each measure's values over the window, kept sorted as samples come and go (a few bisections
+        # per probe instead of re-sorting ~4,600 ITL gaps for each summary).
+        self._sorted: dict[str, list[float]] = {name: [] for name in (*_MEASURES, "itl_ms")}
+        self._approx = 0  # successful samples in the window whose token count is approximate
+        # The summary depends on the samples alone: rebuilt only when a sample comes or goes, not for
+        # each /metrics scrape or in-flight flag that also makes a new view.
         self._summary: _Summary | None = None
 
     def add(self, sample: Sample) -> None:
         self._summary = None
+        if len(self.samples) == self.samples.maxlen:
+            self._count(self.samples[0], insert=False)  # the deque drops it on append
         self.samples.append(sample)
+        self._count(sample, insert=True)
         self.sent += 1
         if sample.ok:
             self.ok += 1
@@ -54,6 +60,9 @@ class EndpointWindow:
     def reset(self) -> None:
         self._summary = None
         self.samples.clear()
+        for values in self._sorted.values():
+            values.clear()
+        self._approx = 0
         self.server_history.clear()
         self.sent = self.ok = self.failed = 0
         self.errors.clear()
@@ -63,10 +72,25 @@ class EndpointWindow:
     def _prune(self, now: float) -> None:
         horizon = now - self.window_s
         while self.samples and self.samples[0].wall_time < horizon:
-            self.samples.popleft()
+            self._count(self.samples.popleft(), insert=False)
             self._summary = None
         while self.server_history and self.server_history[0].wall_time < horizon:
             self.server_history.popleft()
+
+    def _count(self, sample: Sample, insert: bool) -> None:
+        """Put a successful sample's values into the sorted lists, or take them out."""
+        if not sample.ok:
+            return
+        change = _insert if insert else _remove
+        for name in _MEASURES:
+            value = getattr(sample, name)
+            if value is not None:
+                change(self._sorted[name], float(value))
+        itl = self._sorted["itl_ms"]
+        for gap in sample.itl_ms:
+            change(itl, gap)
+        if sample.output_tokens_approx:
+            self._approx += 1 if insert else -1
 
     def view(
         self,
@@ -82,7 +106,7 @@ class EndpointWindow:
         self._prune(now)
         summary = self._summary
         if summary is None:
-            summary = self._summary = _Summary(tuple(self.samples))
+            summary = self._summary = _Summary(tuple(self.samples), self._sorted, self._approx > 0)
         return EndpointView(
             config=config,
             status=summary.status,
@@ -114,21 +138,31 @@ class _Summary:
     __slots__ = ("samples", "status", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s",
                  "output_tokens", "output_tokens_approx")
 
-    def __init__(self, samples: tuple[Sample, ...]) -> None:
-        good = [s for s in samples if s.ok]
+    def __init__(self, samples: tuple[Sample, ...], ordered: dict[str, list[float]], approx: bool) -> None:
         self.samples = samples
         self.status = endpoint_status(samples)
-        self.ttft_ms = Percentiles.of(_present(s.ttft_ms for s in good))
-        self.itl_ms = Percentiles.of(list(itertools.chain.from_iterable(s.itl_ms for s in good)))
-        self.tpot_ms = Percentiles.of(_present(s.tpot_ms for s in good))
-        self.e2e_ms = Percentiles.of(_present(s.e2e_ms for s in good))
-        self.output_tokens_per_s = Percentiles.of(_present(s.decode_tokens_per_s for s in good))
-        self.output_tokens = Percentiles.of(_present(s.output_tokens for s in good))
-        self.output_tokens_approx = any(s.output_tokens_approx for s in good)
+        self.ttft_ms = Percentiles.of_sorted(ordered["ttft_ms"])
+        self.itl_ms = Percentiles.of_sorted(ordered["itl_ms"])
+        self.tpot_ms = Percentiles.of_sorted(ordered["tpot_ms"])
+        self.e2e_ms = Percentiles.of_sorted(ordered["e2e_ms"])
+        self.output_tokens_per_s = Percentiles.of_sorted(ordered["decode_tokens_per_s"])
+        self.output_tokens = Percentiles.of_sorted(ordered["output_tokens"])
+        self.output_tokens_approx = approx
 
 
-def _present(values: Iterable[float | int | None]) -> list[float]:
-    return [float(v) for v in values if v is not None]
+# The per-sample measures summarized as percentiles (besides ITL, which has many values per sample).
+_MEASURES = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tokens_per_s", "output_tokens")
+
+
+def _insert(values: list[float], value: float) -> None:
+    if value == value:  # NaN has no place in an order: leave it out rather than corrupt the list
+        insort(values, value)
+
+
+def _remove(values: list[float], value: float) -> None:
+    i = bisect_left(values, value)
+    if i < len(values) and values[i] == value:
+        del values[i]
 
 
 def endpoint_status(samples: tuple[Sample, ...]) -> str:

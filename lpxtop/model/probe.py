@@ -20,9 +20,13 @@ class Percentiles:
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Percentiles | None:
-        if not values:
+        return cls.of_sorted(sorted(values))
+
+    @classmethod
+    def of_sorted(cls, ordered: Sequence[float]) -> Percentiles | None:
+        """As `of`, for values already in ascending order."""
+        if not ordered:
             return None
-        ordered = sorted(values)
         return cls(
             p50=quantile_sorted(ordered, 0.50),
             p95=quantile_sorted(ordered, 0.95),
