@@ -34,6 +34,19 @@ class SseParser:
 
     def feed(self, chunk: bytes, t_ns: int) -> list[SseEvent]:
         """Consume one read; return the events it completed, all stamped with `t_ns`."""
+        if (
+            chunk.startswith(b"data:")
+            and chunk.endswith(b"\n\n")
+            and chunk.count(b"\n") == 2
+            and not self._buffer
+            and not self._data
+            and not self._pending_cr
+            and self._event is None
+            and b"\r" not in chunk
+        ):
+            # The usual read of a stream: exactly one whole `data:` line and the blank line after it.
+            value = chunk[5:-2].decode("utf-8", errors="replace")
+            return [SseEvent(data=value[1:] if value.startswith(" ") else value, t_ns=t_ns)]
         events: list[SseEvent] = []
         if self._pending_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]  # the LF of a CRLF split across two reads

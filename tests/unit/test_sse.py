@@ -87,3 +87,32 @@ def test_an_endless_line_is_bounded():
     for _ in range(5):
         parser.feed(b"x" * (1024 * 1024), 0)
     assert parser.overflowed
+
+
+def one_event_per_read(raw: bytes) -> list[bytes]:
+    """The capture cut after each blank line: how a server's stream usually arrives, one event per read."""
+    pieces = raw.split(b"\n\n")
+    return [p + b"\n\n" for p in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
+
+
+def test_one_event_per_read_gives_what_byte_splits_give():
+    for raw in (VLLM, LLAMA):
+        parser = SseParser()
+        fast = [(e.data, e.t_ns) for i, piece in enumerate(one_event_per_read(raw)) for e in parser.feed(piece, i)]
+        assert [d for d, _ in fast] == parse_in_pieces(raw, list(range(0, len(raw), 7)))
+        assert [t for _, t in fast] == list(range(len(fast))), "each event stamped with its own read"
+
+
+@given(st.sampled_from([
+    b"data:x\n\n", b"data:  two spaces\n\n", b"data: \n\n", b"data:\n\n", b"data: a\r\n\r\n",
+    b"data: caf\xc3\xa9\n\n", b"data: \xff\n\n", b"data: a\ndata: b\n\n", b"data: a\n\n\n",
+    b"data: [DONE]\n\n", b"data: x\n", b": comment\n\n", b"event: e\ndata: x\n\n",
+]), st.sampled_from([b"", b"event: before\n", b"data: partial", b"data: a\r"]))
+def test_a_single_event_read_parses_as_it_would_in_pieces(chunk, before):
+    whole, pieces = SseParser(), SseParser()
+    got = whole.feed(before, 0) + whole.feed(chunk, 1) + whole.close(2)
+    want = pieces.feed(before, 0)
+    for i in range(len(chunk)):  # byte by byte: never the one-event shortcut
+        want += pieces.feed(chunk[i : i + 1], 1)
+    want += pieces.close(2)
+    assert [(e.data, e.event, e.t_ns) for e in got] == [(e.data, e.event, e.t_ns) for e in want]
