@@ -6,12 +6,13 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
-from textual.widgets import Label, Sparkline, Static
+from textual.widgets import Label, Static
 
 from lpxtop.model.snapshot import EndpointView
 from lpxtop.ui.formatting import fmt_ago, fmt_ms, fmt_signed_ms
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.widgets.endpoints_table import server_ttft_p50_ms, ttft_gap_ms
+from lpxtop.ui.widgets.spark_bars import SparkBars
 
 SPARK_POINTS = 60  # at most this many points: a sparkline narrower than that averages them
 
@@ -27,9 +28,9 @@ class EndpointStrip(Horizontal):
 
     def compose(self) -> ComposeResult:
         yield Label("TTFT", classes="strip-label")
-        yield Sparkline([], id="spark-ttft", summary_function=max)
+        yield SparkBars(id="spark-ttft")
         yield Label("queue", classes="strip-label")
-        yield Sparkline([], id="spark-queue", summary_function=max)
+        yield SparkBars(id="spark-queue")
         yield Static("", id="strip-info")
 
     def show(self, view: EndpointView | None, now: float, palette: Palette, *, force: bool = False) -> None:
@@ -42,13 +43,13 @@ class EndpointStrip(Horizontal):
         )
         if ttft != self._ttft or force:
             self._ttft = ttft
-            spark = self.query_one("#spark-ttft", Sparkline)
-            spark.data = list(ttft)  # a new list, so the reactive fires
+            spark = self.query_one("#spark-ttft", SparkBars)
+            spark.data = ttft
             spark.set_class(not ttft, "-empty")
         if queue != self._queue or force:
             self._queue = queue
-            spark = self.query_one("#spark-queue", Sparkline)
-            spark.data = list(queue)
+            spark = self.query_one("#spark-queue", SparkBars)
+            spark.data = queue
             spark.set_class(not queue, "-empty")
         # The time enters only through "(12s ago)" after a last error: without one the line stays put.
         info_key = (
