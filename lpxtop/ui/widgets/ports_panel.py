@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -132,12 +133,22 @@ class PortsPanel(Vertical):
             if row.user:
                 text.append(f"{row.user} ", style=palette.muted)
             text.append(row.detail)
-        if text != self._detail:  # an update lays the screen out again (the line count may change)
+        if text != self._detail:
+            # A new layout (which redraws every panel beside this one) only when the line count changed:
+            # an age or CPU figure changing in the same lines is a repaint of this line alone.
+            detail = self.query_one("#ports-detail", Static)
+            width = detail.content_size.width
+            relayout = self._detail is None or width <= 0 or _rows_needed(text, width) != _rows_needed(self._detail, width)
             self._detail = text
-            self.query_one("#ports-detail", Static).update(text)
+            detail.update(text, layout=relayout)
 
     def on_row_table_row_highlighted(self, event: RowTable.RowHighlighted) -> None:
         event.stop()
         palette = getattr(self.app, "palette", None)
         if palette is not None:
             self._show_detail(palette)
+
+
+def _rows_needed(text: Text, width: int) -> int:
+    """The lines `text` takes when wrapped at `width` cells."""
+    return sum(max(1, -(-cell_len(line) // width)) for line in text.plain.split("\n"))
