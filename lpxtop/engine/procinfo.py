@@ -184,16 +184,58 @@ class ProcessScanner:
 
     A process's name, command line, user and start time are fixed once it runs (short of setproctitle,
     which servers call at start-up), so they are read once per process; each later scan reads only
-    /proc/PID/stat (parent and state). psutil's process_iter keeps the Process objects, keyed by PID
-    and start time, so a reused PID is a new process.
+    its parent and state. On Linux that is one read of /proc/PID/stat per process, keyed by PID and
+    start time (a reused PID is a new process); elsewhere psutil's process_iter, keyed the same way.
+    A host with a thousand processes (kernel threads count) made psutil's scan the port check's
+    largest cost: ~45 µs a process against ~12 µs for the direct read.
     """
 
-    def __init__(self) -> None:
-        self._static: dict[psutil.Process, tuple[str, tuple[str, ...], str | None, float | None]] = {}
+    def __init__(self, proc: str = "/proc") -> None:
+        self._proc = proc
+        self._direct = sys.platform.startswith("linux") and os.path.isdir(proc)
+        self._static: dict[object, tuple[str, tuple[str, ...], str | None, float | None]] = {}
 
     def scan(self) -> dict[int, ProcInfo]:
+        if self._direct:
+            try:
+                return self._scan_proc()
+            except OSError:
+                pass  # /proc unreadable as a whole: psutil says what it can
+        return self._scan_psutil()
+
+    def _scan_proc(self) -> dict[int, ProcInfo]:
         table: dict[int, ProcInfo] = {}
-        static: dict[psutil.Process, tuple[str, tuple[str, ...], str | None, float | None]] = {}
+        static: dict[object, tuple[str, tuple[str, ...], str | None, float | None]] = {}
+        for entry in os.listdir(self._proc):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            try:
+                with open(f"{self._proc}/{entry}/stat", "rb") as f:
+                    stat = f.read()
+                # "pid (comm) state ppid ... starttime(22nd) ...": comm may hold spaces and parentheses
+                fields = stat[stat.rindex(b")") + 2 :].split()
+                state, ppid, started = fields[0].decode("ascii", "replace"), int(fields[1]), int(fields[19])
+            except (OSError, ValueError, IndexError):
+                continue  # gone since the listing, or not a process we may see
+            key = (pid, started)
+            known = self._static.get(key)
+            if known is None or _young(known[3]):
+                try:
+                    known = _static_facts(psutil.Process(pid))
+                except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                    continue
+                except (psutil.Error, OSError):
+                    known = self._static.get(key) or ("", (), None, None)
+            static[key] = known
+            table[pid] = ProcInfo(pid=pid, ppid=ppid, name=known[0], argv=known[1], user=known[2],
+                                  started_at=known[3], status=_STATES.get(state, state))
+        self._static = static  # forget processes that are gone (bounded by the live process count)
+        return table
+
+    def _scan_psutil(self) -> dict[int, ProcInfo]:
+        table: dict[int, ProcInfo] = {}
+        static: dict[object, tuple[str, tuple[str, ...], str | None, float | None]] = {}
         try:
             for proc in psutil.process_iter():
                 try:
@@ -201,8 +243,7 @@ class ProcessScanner:
                         ppid, status = proc.ppid(), proc.status()
                         known = self._static.get(proc)
                         if known is None or _young(known[3]):
-                            known = (_safe(proc.name, ""), tuple(_safe(proc.cmdline, ()) or ()),
-                                     _safe(proc.username, None), _safe(proc.create_time, None))
+                            known = _static_facts(proc)
                 except (psutil.NoSuchProcess, psutil.ZombieProcess):
                     continue
                 except (psutil.Error, OSError):
@@ -214,6 +255,19 @@ class ProcessScanner:
             pass  # a partial table is still useful; the caller treats missing PIDs as unknown
         self._static = static  # forget processes that are gone (bounded by the live process count)
         return table
+
+
+# /proc/PID/stat's state letter as psutil names it (proc(5))
+_STATES = {
+    "R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped", "t": "tracing-stop", "Z": "zombie",
+    "X": "dead", "x": "dead", "K": "wake-kill", "W": "waking", "I": "idle", "P": "parked",
+}
+
+
+def _static_facts(proc: psutil.Process) -> tuple[str, tuple[str, ...], str | None, float | None]:
+    """Name, argv, user and start time: read once per process."""
+    return (_safe(proc.name, ""), tuple(_safe(proc.cmdline, ()) or ()), _safe(proc.username, None),
+            _safe(proc.create_time, None))
 
 
 def _young(started_at: float | None) -> bool:
