@@ -62,6 +62,7 @@ class ReParser:
         lines: list[tuple[str, bool]] = []  # the kept sample lines, in order: (line, counter-renamed)
         family_count = 0
         name, typ, allowed = "", "untyped", ()
+        belongs_memo = self._belongs  # _kept's memo, read inline: this loop runs once per line of the page
         for line in text.splitlines():
             if line.startswith("#"):
                 parts = line.split(None, 3)
@@ -76,8 +77,14 @@ class ReParser:
                     typ = parts[3].strip()
                     allowed = tuple(name + s for s in _ALLOWED_SUFFIXES.get(typ, ("",)))
                 continue
-            sample = sample_name(line)
-            if not sample or not self._kept(sample, histograms):
+            sample = _sample_name(line).group()
+            if not sample:
+                continue
+            kind = belongs_memo.get(sample)
+            if kind is None:
+                if not self._kept(sample, histograms):
+                    continue
+            elif kind == _DROP or (kind == _HISTOGRAM and not histograms):
                 continue
             if sample not in allowed:  # prometheus_client makes it an untyped family of its own
                 name, typ, allowed = "", "untyped", ()
@@ -119,6 +126,8 @@ class ReParser:
         return Exposition.parse(keep_families(text, families))
 
 
+# What sample_name() returns, in one C call: the text before the first "{", space or tab.
+_sample_name = re.compile(r"[^{ \t]*").match
 _SIMPLE_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? ([^ \t]+)")
 _SIMPLE_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\]*)"')
 _NOT_SIMPLE = object()
