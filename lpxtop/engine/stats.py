@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, insort
 from collections import Counter, deque
 
@@ -30,7 +31,9 @@ class EndpointWindow:
         self.last_error_time: float | None = None
         # Each measure's values over the window, kept sorted as samples come and go (a few bisections
         # per probe instead of re-sorting ~4,600 ITL gaps for each summary).
-        self._sorted: dict[str, list[float]] = {name: [] for name in (*_MEASURES, "itl_ms")}
+        # Arrays of doubles, not lists of floats: 8 bytes a value instead of 32 (~19,000 ITL gaps at
+        # 4 endpoints' full windows).
+        self._sorted: dict[str, array[float]] = {name: array("d") for name in (*_MEASURES, "itl_ms")}
         self._approx = 0  # successful samples in the window whose token count is approximate
         # The summary depends on the samples alone: rebuilt only when a sample comes or goes, not for
         # each /metrics scrape or in-flight flag that also makes a new view.
@@ -60,8 +63,8 @@ class EndpointWindow:
     def reset(self) -> None:
         self._summary = None
         self.samples.clear()
-        for values in self._sorted.values():
-            values.clear()
+        for name in self._sorted:
+            self._sorted[name] = array("d")
         self._approx = 0
         self.server_history.clear()
         self.sent = self.ok = self.failed = 0
@@ -138,7 +141,7 @@ class _Summary:
     __slots__ = ("samples", "status", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s",
                  "output_tokens", "output_tokens_approx")
 
-    def __init__(self, samples: tuple[Sample, ...], ordered: dict[str, list[float]], approx: bool) -> None:
+    def __init__(self, samples: tuple[Sample, ...], ordered: dict[str, array[float]], approx: bool) -> None:
         self.samples = samples
         self.status = endpoint_status(samples)
         self.ttft_ms = Percentiles.of_sorted(ordered["ttft_ms"])
@@ -154,12 +157,12 @@ class _Summary:
 _MEASURES = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tokens_per_s", "output_tokens")
 
 
-def _insert(values: list[float], value: float) -> None:
+def _insert(values: array[float], value: float) -> None:
     if value == value:  # NaN has no place in an order: leave it out rather than corrupt the list
         insort(values, value)
 
 
-def _remove(values: list[float], value: float) -> None:
+def _remove(values: array[float], value: float) -> None:
     i = bisect_left(values, value)
     if i < len(values) and values[i] == value:
         del values[i]

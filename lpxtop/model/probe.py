@@ -86,14 +86,13 @@ class Sample:
     finish_reason: str | None = None
     retry_after_s: float | None = None
 
-    # Derived values are cached on the (frozen) sample: a window's summary reads them for every
-    # sample each time a probe lands, and ITL alone is ~30 floats per sample.
-    @cached_property
+    @property
     def itl_ms(self) -> tuple[float, ...]:
         """Gaps between consecutive token-bearing events."""
         t = self.token_event_ms
         return tuple(b - a for a, b in zip(t, t[1:]))
 
+    # Cached on the (frozen) sample: the window's sorted lists read them when the sample comes and goes.
     @cached_property
     def tpot_ms(self) -> float | None:
         """(E2E − TTFT) / (N − 1), only for N > 1."""
