@@ -35,20 +35,13 @@ REFRESH_LOCAL_S, REFRESH_SSH_S = 1.0, 1.0
 # Seconds after the first frame when the objects made at start-up (modules, widgets, styles: ~50,000)
 # are set aside from the garbage collector; see _freeze_startup_objects.
 FREEZE_AFTER_S = 3.0
-YOUNG_GENERATION = 10_000
 
 
 def _freeze_startup_objects() -> None:
     """Move what start-up made out of the collector's sight (gc.freeze): those objects live as long as the
-    app, and each full collection walked all of them (~20 ms, several a minute on a busy dashboard).
-
-    Then a young generation of 10,000 objects rather than 700: a probe's JSON chunks and a frame's
-    strips are short-lived, and with the default the collector ran ~5 times a second and promoted
-    them to older generations. Measured on the dashboard (4 endpoints, 60 s): time in the collector
-    0.23 % → 0.15 % of a core. Reference counting still frees almost everything at once."""
+    app, and each full collection walked all of them (~20 ms, several a minute on a busy dashboard)."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(YOUNG_GENERATION, *gc.get_threshold()[1:])
 
 class LpxtopApp(App):
     """lpxtop's terminal interface. Build it with `create_app`."""
