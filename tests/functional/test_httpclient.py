@@ -149,6 +149,41 @@ CHUNKED = (
 CHUNKED_BODY = b'data: {"a": "b"}\n\ndata: [DONE]\n\ndata: more\n\n'
 
 
+def in_two_writes(first: bytes, second: bytes, *, pause: float = 0.05, close: bool = False) -> Handler:
+    """Answers one request with `first`, then `second` after `pause` s (then hangs up if `close`)."""
+
+    async def handle(reader, writer):
+        await read_request(reader)
+        writer.write(first)
+        await writer.drain()
+        await asyncio.sleep(pause)
+        writer.write(second)
+        await writer.drain()
+        if close:
+            writer.close()
+
+    return handle
+
+
+# A chunked stream whose second read comes 0.2 s after its first.
+TWO_PARTS = in_two_writes(
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\none\r\n", b"3\r\ntwo\r\n0\r\n\r\n", pause=0.2
+)
+
+
+async def split_at_growing_cut(reader, writer):
+    """Keep-alive: the n-th response comes as CHUNKED[:n] then, once the client has read it, the rest."""
+    cut = 1
+    while True:
+        await read_request(reader)
+        writer.write(CHUNKED[:cut])
+        await writer.drain()
+        await asyncio.sleep(0.002)  # the client reads the first part before the second is sent
+        writer.write(CHUNKED[cut:])
+        await writer.drain()
+        cut += 1
+
+
 # --- framing ------------------------------------------------------------------------------------------
 
 
@@ -156,18 +191,7 @@ async def test_chunked_framing_split_at_every_byte_boundary():
     """Each response arrives in two writes split at one position, on one keep-alive connection."""
     accepted: list[int] = []
 
-    async def split(reader, writer):
-        cut = 1
-        while True:
-            await read_request(reader)
-            writer.write(CHUNKED[:cut])
-            await writer.drain()
-            await asyncio.sleep(0.002)  # the client reads the first part before the second is sent
-            writer.write(CHUNKED[cut:])
-            await writer.drain()
-            cut += 1
-
-    async with raw_server(split, accepted) as port, HttpClient(timeout=5.0) as client:
+    async with raw_server(split_at_growing_cut, accepted) as port, HttpClient(timeout=5.0) as client:
         for cut in range(1, len(CHUNKED)):
             response = await client.stream("GET", f"http://127.0.0.1:{port}/")
             assert response.status_code == 200, cut
@@ -193,15 +217,7 @@ async def test_chunked_framing_one_byte_per_write():
 
 
 async def test_arrival_time_is_the_read_that_brought_the_bytes():
-    async def two_parts(reader, writer):
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\none\r\n")
-        await writer.drain()
-        await asyncio.sleep(0.2)
-        writer.write(b"3\r\ntwo\r\n0\r\n\r\n")
-        await writer.drain()
-
-    async with raw_server(two_parts) as port, HttpClient(timeout=5.0) as client:
+    async with raw_server(TWO_PARTS) as port, HttpClient(timeout=5.0) as client:
         response = await client.stream("GET", f"http://127.0.0.1:{port}/")
         assert await response.receive() == b"one"
         first = response.arrived_ns
@@ -238,15 +254,7 @@ async def test_bodies_and_keepalive(response, body, reused):
 
 
 async def test_a_close_delimited_body_ends_when_the_server_closes():
-    async def close_delimited(reader, writer):
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nall of ")
-        await writer.drain()
-        await asyncio.sleep(0.05)
-        writer.write(b"it")
-        await writer.drain()
-        writer.close()
-
+    close_delimited = in_two_writes(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nall of ", b"it", close=True)
     async with raw_server(close_delimited) as port, HttpClient(timeout=5.0) as client:
         response = await client.get(f"http://127.0.0.1:{port}/")
         assert response.text == "all of it"
@@ -607,18 +615,7 @@ async def test_feed_hands_over_the_same_bytes_as_receive_at_every_split():
     """As the receive() test above: each response arrives in two writes split at one position."""
     accepted: list[int] = []
 
-    async def split(reader, writer):
-        cut = 1
-        while True:
-            await read_request(reader)
-            writer.write(CHUNKED[:cut])
-            await writer.drain()
-            await asyncio.sleep(0.002)
-            writer.write(CHUNKED[cut:])
-            await writer.drain()
-            cut += 1
-
-    async with raw_server(split, accepted) as port, HttpClient(timeout=5.0) as client:
+    async with raw_server(split_at_growing_cut, accepted) as port, HttpClient(timeout=5.0) as client:
         for cut in range(1, len(CHUNKED)):
             response = await client.stream("GET", f"http://127.0.0.1:{port}/")
             pieces: list[tuple[bytes, int]] = []
@@ -632,15 +629,7 @@ async def test_feed_hands_over_the_same_bytes_as_receive_at_every_split():
 
 
 async def test_feed_stamps_each_piece_with_its_own_read():
-    async def two_parts(reader, writer):
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\none\r\n")
-        await writer.drain()
-        await asyncio.sleep(0.2)
-        writer.write(b"3\r\ntwo\r\n0\r\n\r\n")
-        await writer.drain()
-
-    async with raw_server(two_parts) as port, HttpClient(timeout=5.0) as client:
+    async with raw_server(TWO_PARTS) as port, HttpClient(timeout=5.0) as client:
         before = time.perf_counter_ns()
         response = await client.stream("GET", f"http://127.0.0.1:{port}/")
         pieces: list[tuple[bytes, int]] = []
@@ -669,16 +658,7 @@ async def test_feed_of_a_body_that_came_with_the_head(response):
 
 
 async def test_feed_of_a_close_delimited_body():
-    async def close_delimited(reader, writer):
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\n\r\nabc")
-        await writer.drain()
-        await asyncio.sleep(0.05)
-        writer.write(b"def")
-        await writer.drain()
-        writer.close()
-
-    async with raw_server(close_delimited) as port, HttpClient(timeout=2.0) as client:
+    async with raw_server(in_two_writes(b"HTTP/1.1 200 OK\r\n\r\nabc", b"def", close=True)) as port, HttpClient(timeout=2.0) as client:
         response = await client.stream("GET", f"http://127.0.0.1:{port}/")
         pieces: list[tuple[bytes, int]] = []
         assert await response.feed(collector(pieces)) is False
@@ -721,21 +701,9 @@ async def test_what_a_sink_raises_is_raised_by_feed_and_the_connection_is_closed
 
 
 async def test_feed_of_a_broken_or_cut_stream():
-    async def broken(reader, writer):
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n")
-        await writer.drain()
-        await asyncio.sleep(0.05)
-        writer.write(b"zz\r\n")
-        await writer.drain()
-        await reader.read()
-
-    async def cut(reader, writer):
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n")
-        await writer.drain()
-        await asyncio.sleep(0.05)
-        writer.close()
+    first = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n"
+    broken = in_two_writes(first, b"zz\r\n")
+    cut = in_two_writes(first, b"", close=True)
 
     for handler in (broken, cut):
         async with raw_server(handler) as port, HttpClient(timeout=2.0) as client:
@@ -743,7 +711,7 @@ async def test_feed_of_a_broken_or_cut_stream():
             async with await client.stream("GET", f"http://127.0.0.1:{port}/") as response:
                 with pytest.raises(RemoteProtocolError):
                     await response.feed(collector(pieces))
-            assert [p for p, _ in pieces] == [b"ok"], handler.__name__
+            assert [p for p, _ in pieces] == [b"ok"], handler
             assert client.open_connections == 0
 
 
