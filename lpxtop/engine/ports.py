@@ -109,9 +109,8 @@ class PortMonitor:
             local_eps = [ep for ep in endpoints if is_local_host(ep.host, self._local)]
             table = self._scanner.scan()
             scan = scan_listeners()
-            kids = self.last_kids = children_map(table) if table else None
-            if kids is None:
-                kids = {}
+            kids = children_map(table)
+            self.last_kids = kids if table else None
             used: set[int] = set()
             statuses = []
             for ep in local_eps:

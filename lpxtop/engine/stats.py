@@ -29,10 +29,9 @@ class EndpointWindow:
         self.errors: Counter[str] = Counter()
         self.last_error: str | None = None
         self.last_error_time: float | None = None
-        # Each measure's values over the window, kept sorted as samples come and go (a few bisections
-        # per probe instead of re-sorting ~4,600 ITL gaps for each summary).
-        # Arrays of doubles, not lists of floats: 8 bytes a value instead of 32 (~19,000 ITL gaps at
-        # 4 endpoints' full windows).
+        # Each measure's values over the window, kept sorted as samples come and go: a few bisections
+        # per probe instead of re-sorting ~4,600 ITL gaps for each summary. Arrays of doubles rather
+        # than lists of floats: 8 bytes a value instead of 32.
         self._sorted: dict[str, array[float]] = {name: array("d") for name in (*_MEASURES, "itl_ms")}
         self._approx = 0  # successful samples in the window whose token count is approximate
         # The summary depends on the samples alone: rebuilt only when a sample comes or goes, not for
@@ -81,7 +80,7 @@ class EndpointWindow:
             self.server_history.popleft()
 
     def _count(self, sample: Sample, insert: bool) -> None:
-        """Put a successful sample's values into the sorted lists, or take them out."""
+        """Put a successful sample's values into the sorted arrays, or take them out."""
         if not sample.ok:
             return
         change = _insert if insert else _remove
