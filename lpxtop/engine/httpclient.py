@@ -601,18 +601,8 @@ class Response:
                     return b""
                 raise ReadError("the response was closed")
             protocol = conn.protocol
-            buffer = protocol.buffer
-            if buffer:
-                framing = self._framing
-                if framing == _CHUNKED:
-                    data = self._decode_chunked(buffer)
-                elif framing == _LENGTH:
-                    data = self._decode_length(buffer)
-                else:  # close-delimited: everything until the server closes
-                    data = bytes(buffer)
-                    buffer.clear()
-                if protocol.reading_paused:
-                    protocol.consumed()
+            if protocol.buffer:
+                data = self._take_buffer(protocol)
                 if self._framing == _DONE:
                     self._finish()
                 if data:
@@ -621,13 +611,8 @@ class Response:
                 if self._framing == _DONE:
                     return b""
             if protocol.eof or protocol.lost:
-                if self._framing == _CLOSE and protocol.error is None:
-                    self._framing = _DONE
-                    self._finish()
-                    return b""
-                error = conn.read_failure()
-                self._close()
-                raise error
+                self._stream_ended(conn)
+                return b""
             # Wait for bytes (inline rather than through conn.wait: this is once per chunk of a stream).
             waiter = conn.arm(timeout)  # type: ignore[arg-type]
             try:
@@ -671,13 +656,8 @@ class Response:
                 if conn is None:  # the body ended: _take_fed finished it
                     return False
                 if protocol.eof or protocol.lost:
-                    if self._framing == _CLOSE and protocol.error is None:
-                        self._framing = _DONE
-                        self._finish()
-                        return False
-                    error = conn.read_failure()
-                    self._close()
-                    raise error
+                    self._stream_ended(conn)
+                    return False
                 waiter = conn.arm(timeout)  # type: ignore[arg-type]
                 try:
                     arrived = await waiter
@@ -698,19 +678,9 @@ class Response:
         if conn is None or self._sink is None:
             return
         protocol = conn.protocol
-        buffer = protocol.buffer
         ended = False
         try:
-            framing = self._framing
-            if framing == _CHUNKED:
-                data = self._decode_chunked(buffer)
-            elif framing == _LENGTH:
-                data = self._decode_length(buffer)
-            else:
-                data = bytes(buffer)
-                buffer.clear()
-            if protocol.reading_paused:
-                protocol.consumed()
+            data = self._take_buffer(protocol)
             ended = self._framing == _DONE
             if data:
                 self.arrived_ns = protocol.arrived_ns
@@ -727,6 +697,32 @@ class Response:
                 self._finish()  # after the wake-up: the pool may hand the connection to another request
         elif self._feed_timeout is not None:
             conn.deadline = conn.loop.time() + self._feed_timeout  # the lazy read timer follows the reads
+
+    def _take_buffer(self, protocol: _Protocol) -> bytes:
+        """The body bytes in the protocol's buffer, framing removed (an incomplete chunk line stays)."""
+        buffer = protocol.buffer
+        framing = self._framing
+        if framing == _CHUNKED:
+            data = self._decode_chunked(buffer)
+        elif framing == _LENGTH:
+            data = self._decode_length(buffer)
+        else:  # close-delimited: everything until the server closes
+            data = bytes(buffer)
+            buffer.clear()
+        if protocol.reading_paused:
+            protocol.consumed()
+        return data
+
+    def _stream_ended(self, conn: _Connection) -> None:
+        """The server closed (or the connection failed) with the buffer read: the end of a close-delimited
+        body; for any other body, the error that it was cut short."""
+        if self._framing == _CLOSE and conn.protocol.error is None:
+            self._framing = _DONE
+            self._finish()
+            return
+        error = conn.read_failure()
+        self._close()
+        raise error
 
     async def aiter_raw(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive (see `receive`)."""
