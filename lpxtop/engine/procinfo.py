@@ -179,6 +179,10 @@ class ProcInfo:
         return self.cmdline or self.name or f"PID {self.pid}"
 
 
+# What is read once per process: name, argv, user, start time.
+_Static = tuple[str, tuple[str, ...], str | None, float | None]
+
+
 class ProcessScanner:
     """Scans every process this user may see; keeps what never changes for a process's life.
 
@@ -187,13 +191,13 @@ class ProcessScanner:
     its parent and state. On Linux that is one read of /proc/PID/stat per process, keyed by PID and
     start time (a reused PID is a new process); elsewhere psutil's process_iter, keyed the same way.
     A host with a thousand processes (kernel threads count) made psutil's scan the port check's
-    largest cost: ~45 µs a process against ~12 µs for the direct read.
+    largest cost: ~45 µs a process against ~21 µs for the direct read (measured on 63 processes).
     """
 
     def __init__(self, proc: str = "/proc") -> None:
         self._proc = proc
         self._direct = sys.platform.startswith("linux") and os.path.isdir(proc)
-        self._static: dict[object, tuple[str, tuple[str, ...], str | None, float | None]] = {}
+        self._static: dict[object, _Static] = {}
 
     def scan(self) -> dict[int, ProcInfo]:
         if self._direct:
@@ -205,7 +209,7 @@ class ProcessScanner:
 
     def _scan_proc(self) -> dict[int, ProcInfo]:
         table: dict[int, ProcInfo] = {}
-        static: dict[object, tuple[str, tuple[str, ...], str | None, float | None]] = {}
+        static: dict[object, _Static] = {}
         for entry in os.listdir(self._proc):
             if not entry.isdigit():
                 continue
@@ -235,7 +239,7 @@ class ProcessScanner:
 
     def _scan_psutil(self) -> dict[int, ProcInfo]:
         table: dict[int, ProcInfo] = {}
-        static: dict[object, tuple[str, tuple[str, ...], str | None, float | None]] = {}
+        static: dict[object, _Static] = {}
         try:
             for proc in psutil.process_iter():
                 try:
@@ -264,7 +268,7 @@ _STATES = {
 }
 
 
-def _static_facts(proc: psutil.Process) -> tuple[str, tuple[str, ...], str | None, float | None]:
+def _static_facts(proc: psutil.Process) -> _Static:
     """Name, argv, user and start time: read once per process."""
     return (_safe(proc.name, ""), tuple(_safe(proc.cmdline, ()) or ()), _safe(proc.username, None),
             _safe(proc.create_time, None))
