@@ -768,22 +768,22 @@ async def test_feed_cancelled_from_outside_leaves_no_callback_behind():
 # --- cancellation -------------------------------------------------------------------------------------
 
 
+async def cancel_a_get_after(client: HttpClient, port: int, seconds: float = 0.1) -> None:
+    """Start a GET, cancel it from outside after `seconds`: the cancellation comes out, no connection stays."""
+    task = asyncio.ensure_future(client.get(f"http://127.0.0.1:{port}/"))
+    await asyncio.sleep(seconds)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert client.open_connections == 0
+
+
 async def test_an_outside_cancellation_propagates_and_closes_the_connection():
     async with raw_server(silent) as port, HttpClient(timeout=5.0) as client:
-        task = asyncio.ensure_future(client.get(f"http://127.0.0.1:{port}/"))
-        await asyncio.sleep(0.1)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert client.open_connections == 0
+        await cancel_a_get_after(client, port)  # waiting for the answer
     with full_backlog() as port:
         async with HttpClient(timeout=3.0) as client:
-            task = asyncio.ensure_future(client.get(f"http://127.0.0.1:{port}/"))
-            await asyncio.sleep(0.1)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            assert client.open_connections == 0
+            await cancel_a_get_after(client, port)  # waiting for the connection
 
 
 @pytest.mark.parametrize("counts", [True, False], ids=["counted", "python3.10"])
