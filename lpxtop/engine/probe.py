@@ -35,6 +35,8 @@ MAX_ERROR_BODY = 8192
 DRAIN_MAX_BYTES = 65536
 DRAIN_TIMEOUT_S = 0.5
 MAX_MESSAGE = 200
+# After the first token, reads wait to be parsed together until this many bytes are waiting (see _LazyEvents)
+LAZY_MAX_BYTES = 65536
 
 
 def request_headers(endpoint: EndpointConfig, *, stream: bool = True) -> dict[str, str]:
@@ -207,25 +209,21 @@ async def _stream(client: HttpClient, body: dict, endpoint: EndpointConfig, m: _
     try:
         if response.status_code != 200:
             await _raise_http_error(response)
-        parser = SseParser()
         status = response.status_code
-
-        def take(chunk: bytes, t_ns: int) -> bool:
-            # Runs in the client's read callback; t_ns is when these bytes came off the socket, before any parsing.
-            had_token = bool(m.token_ns)
-            for event in parser.feed(chunk, t_ns):
-                _handle_event(event.data, event.t_ns, m, status)
-                if m.done:
-                    return True
-            if parser.overflowed:
-                raise _ProbeError("bad_json", "an SSE line longer than 4 MiB", status)
-            if m.token_ns and not had_token:
-                watchdog.arm(total_deadline)  # the first token came: from now on only the whole request's limit
-            return False
-
-        if not await response.feed(take):
-            for event in parser.close(time.perf_counter_ns()):
-                _handle_event(event.data, event.t_ns, m, status)
+        events = _LazyEvents(m, status, watchdog, total_deadline)
+        try:
+            ended = not await response.feed(events.take)
+        except _ProbeError:
+            raise
+        except asyncio.CancelledError:
+            events.catch_up_after_cancel()
+            raise
+        except Exception:
+            events.catch_up()  # a bad event that came before the failure is what the probe reports
+            raise
+        events.catch_up()
+        if ended:
+            events.close()
         if m.done:
             # [DONE] is in: the measurement is complete. Read the body's end (the chunked encoding's
             # last chunk) so the connection goes back to the pool instead of being closed: otherwise
@@ -241,6 +239,75 @@ async def _stream(client: HttpClient, body: dict, endpoint: EndpointConfig, m: _
         return response.status_code
     finally:
         await response.aclose()
+
+
+class _LazyEvents:
+    """The stream's reads, parsed at once until the first token and from then on in batches.
+
+    Every read keeps the time it came off the socket, so when it is parsed does not change a figure.
+    Up to the first token each read is parsed as it comes, because the first token re-arms the watchdog
+    (from the first-token limit to the whole request's). After it, reads wait in a list and are parsed
+    together: when one holds `[DONE]` or an `"error"` (the probe ends there), when the list passes
+    LAZY_MAX_BYTES, and when the stream ends or fails. On a loaded host this halves the probe's CPU: a
+    read costs little more than its wake-up, and the parsing runs in one warm loop instead of one cold
+    pass per token.
+    """
+
+    def __init__(self, m: _Measure, status: int, watchdog: _Watchdog, total_deadline_ns: int) -> None:
+        self._m = m
+        self._status = status
+        self._watchdog = watchdog
+        self._total_deadline_ns = total_deadline_ns
+        self._parser = SseParser()
+        self._pending: list[tuple[bytes, int]] = []
+        self._pending_bytes = 0
+        self._tail = b""
+
+    def take(self, chunk: bytes, t_ns: int) -> bool:
+        """Response.feed's sink, run in the client's read callback; True stops the reading."""
+        if not self._m.token_ns:
+            return self._parse(chunk, t_ns)
+        self._pending.append((chunk, t_ns))
+        self._pending_bytes += len(chunk)
+        seen = self._tail + chunk  # a marker may straddle two reads
+        self._tail = chunk[-8:]
+        if self._pending_bytes < LAZY_MAX_BYTES and b"[DONE]" not in seen and b'"error"' not in seen:
+            return False
+        return self.catch_up()
+
+    def catch_up(self) -> bool:
+        """Parse the reads that wait; True once the stream's [DONE] is in. Raises _ProbeError on a bad event."""
+        pending, self._pending, self._pending_bytes = self._pending, [], 0
+        return any(self._parse(chunk, t_ns) for chunk, t_ns in pending)
+
+    def catch_up_after_cancel(self) -> None:
+        """The task is being cancelled: parse what came, so the sample counts it; a bad event among it is
+        the probe's error when the cancellation is the watchdog's (the probe ends as a sample either way)."""
+        try:
+            self.catch_up()
+        except _ProbeError:
+            if self._watchdog.absorb():
+                raise
+            # cancelled from outside (the engine stopping): the cancellation goes on
+
+    def close(self) -> None:
+        """The body ended: a last event without its blank line still counts."""
+        m = self._m
+        for event in self._parser.close(time.perf_counter_ns()):
+            _handle_event(event.data, event.t_ns, m, self._status)
+
+    def _parse(self, chunk: bytes, t_ns: int) -> bool:
+        m = self._m
+        had_token = bool(m.token_ns)
+        for event in self._parser.feed(chunk, t_ns):
+            _handle_event(event.data, event.t_ns, m, self._status)
+            if m.done:
+                return True
+        if self._parser.overflowed:
+            raise _ProbeError("bad_json", "an SSE line longer than 4 MiB", self._status)
+        if m.token_ns and not had_token:
+            self._watchdog.arm(self._total_deadline_ns)  # the first token came: from now on only the whole limit
+        return False
 
 
 async def _raise_http_error(response: Response) -> None:
