@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 from collections.abc import Callable, Mapping
 
 from textual.app import App
 from textual.binding import Binding
+from textual.driver import Driver
 from textual.filter import Monochrome
 from textual.screen import ModalScreen, Screen
 from textual.theme import Theme
@@ -141,6 +143,18 @@ class LpxtopApp(App):
             self._on_ready_callback()
         if not self.is_headless:  # a test process runs many apps: it keeps its collector as it is
             self.set_timer(FREEZE_AFTER_S, _freeze_startup_objects, name="gc-freeze")
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's driver for this platform, except Linux/macOS terminals get one whose input thread
+        does not poll (see ui/quiet_driver.py). TEXTUAL_DRIVER, when set, still decides."""
+        driver = super().get_driver_class()
+        if sys.platform == "win32":
+            return driver
+        from textual.drivers.linux_driver import LinuxDriver  # imports termios: not on Windows
+
+        from lpxtop.ui.quiet_driver import QuietLinuxDriver
+
+        return QuietLinuxDriver if driver is LinuxDriver else driver
 
     def get_default_screen(self) -> Screen:
         return MainScreen()
