@@ -12,6 +12,9 @@ changes a sample's name: a counter family without `_total` in its name gets `_to
 samples. Every other sample comes out of the parser with its own name, so a line and that one fact
 decide what the line parses to.
 
+Before the loop reads a page line by line, a comprehension drops most lines that cannot belong to
+the families, by their first characters (on the simulated vLLM page, 554 lines become ~140).
+
 A changed line in the plainest form, `name{label="value",...} number`, with no escapes, spaces,
 timestamp or `__name__` label, is read directly (`_read_simple`); prometheus_client reads every other
 line. A test checks that the two agree on every sample line of the captures and on the odd cases.
@@ -56,14 +59,27 @@ class ReParser:
         self.histograms = histograms
         self._belongs: dict[str, int] = {}
         self._seen: dict[tuple[str, bool], Parsed] = {}
+        # What a line the loop keeps starts with (see parse), with and without the latency histograms
+        self._heads = {True: _heads(families), False: _heads(families - histograms)}
 
     def parse(self, text: str, histograms: bool = True) -> Exposition:
         """The families' samples of `text`; raises NotPrometheusText as Exposition.parse does."""
         lines: list[tuple[str, bool]] = []  # the kept sample lines, in order: (line, counter-renamed)
         family_count = 0
         name, typ, allowed = "", "untyped", ()
-        belongs_memo = self._belongs  # _kept's memo, read inline: this loop runs once per line of the page
-        for line in text.splitlines():
+        belongs_memo = self._belongs  # _kept's memo, read inline: this loop runs once per kept line
+        size, heads = self._heads[histograms]
+        # The loop drops, without changing any state, the sample lines that start with none of the
+        # families' names, and the HELP/TYPE lines in the usual form ("# HELP name", the name right after
+        # one space) whose name starts with none of them. Most of them are dropped here first, in a
+        # comprehension of C calls: a line whose first `size` characters begin none of those starts. Every
+        # other comment line goes to the loop, which reads it as before.
+        candidates = [
+            line
+            for line in text.splitlines()
+            if line[:size] in heads or (line[:1] == "#" and not (line.startswith(_USUAL) and line[7:8].strip()))
+        ]
+        for line in candidates:
             if line.startswith("#"):
                 parts = line.split(None, 3)
                 if len(parts) < 3 or parts[1] not in ("HELP", "TYPE") or not self._kept(parts[2], histograms):
@@ -124,6 +140,23 @@ class ReParser:
         self._seen = {}
         families = self.families if histograms else self.families - self.histograms
         return Exposition.parse(keep_families(text, families))
+
+
+_USUAL = ("# HELP ", "# TYPE ")
+
+
+def _heads(families: frozenset[str]) -> tuple[int, frozenset[str]]:
+    """How a line the families can own begins: its first `size` characters are one of `heads`.
+
+    A sample name is a family name or one with a suffix, and a HELP/TYPE line in the usual form names
+    one; `size` is the shortest of those starts, so every such line's first `size` characters are the
+    first `size` characters of one of them.
+    """
+    starts = [*families, *(usual + name for usual in _USUAL for name in families)]
+    if not starts:
+        return 1, frozenset()
+    size = min(map(len, starts))
+    return size, frozenset(start[:size] for start in starts)
 
 
 # What sample_name() returns, in one C call: the text before the first "{", space or tab.

@@ -122,6 +122,38 @@ def test_family_rules_of_the_text_parser() -> None:
     assert dict(parser.parse(TGI_PAGE).by_name) == reference
 
 
+# Comment lines in other forms than "# TYPE name" (the prefilter passes them to the loop) and sample
+# names that begin like a family's without being one of its samples (it passes those too).
+ODD_FORMS_PAGE = """\
+#  TYPE tgi_queue_size gauge
+tgi_queue_size 3
+#\tTYPE tgi_request_success counter
+tgi_request_success 5
+# HELP  tgi_batch_current_size two spaces before the name
+# TYPE tgi_batch_current_size gauge
+tgi_batch_current_size 2
+tgi_batch_current_size_of_something_else 9
+# HELP
+# TYPE
+#TYPE tgi_request_failure counter
+tgi_request_failure{err="validation"} 7
+tgi_request_failure_total{err="other"} 1
+ tgi_queue_size 4
+tgi_queue_size_total 1
+"""
+
+
+@pytest.mark.parametrize("histograms", [False, True])
+def test_comment_lines_in_other_forms_and_look_alike_names(histograms: bool) -> None:
+    families = family_names(TGI)
+    kept = families if histograms else families - histogram_names(TGI)
+    parser = ReParser(families, histogram_names(TGI))
+    assert dict(parser.parse(ODD_FORMS_PAGE, histograms=histograms).by_name) == whole(ODD_FORMS_PAGE, kept)
+    # and with every line changed once, so that each is read again
+    bumped = changed(ODD_FORMS_PAGE, seed=1, share=1.0)
+    assert dict(parser.parse(bumped, histograms=histograms).by_name) == whole(bumped, kept)
+
+
 def test_a_bad_line_fails_as_the_whole_parse_fails() -> None:
     families = family_names(VLLM)
     parser = ReParser(families)
