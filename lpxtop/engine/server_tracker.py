@@ -55,6 +55,7 @@ class MetricsTracker:
         self._last_restart_t: float | None = None  # monotonic
         self.last_restart_time: float | None = None  # wall clock
         self._histograms_t: float | None = None  # when histograms were last read (monotonic)
+        self._latency_memo: dict[str, tuple[tuple[object, ...], ServerLatency | None]] = {}
 
     def reset_history(self) -> None:
         """Forget past scrapes (e.g. the endpoint now points at another server)."""
@@ -104,6 +105,17 @@ class MetricsTracker:
             self._history.popleft()
         base = self._history[0] if self._history[0] is not reading else None
         return _summarize(expo, names, reading, prev, base, self, now, wall)
+
+    def latency(self, role: str, hist: Hist | None, new: Reading, base: Reading | None) -> ServerLatency | None:
+        """`_latency`, remembered per role while its inputs are the same objects: a scrape that leaves the
+        histograms out carries the last ones read, so most scrapes would compute the same quantiles again."""
+        inputs = (hist, new.hists.get(role), base is None, None if base is None else base.hists.get(role))
+        memo = self._latency_memo.get(role)
+        if memo is not None and all(a is b for a, b in zip(memo[0], inputs)):
+            return memo[1]
+        result = _latency(role, hist, new, base)
+        self._latency_memo[role] = (inputs, result)
+        return result
 
     def restarted_recently(self, now: float) -> bool:
         return self._last_restart_t is not None and self._last_restart_t >= now - self.window_s
@@ -384,11 +396,11 @@ def _summarize(
         prompt_tokens_per_s=rate("prompt_tokens"),
         generation_tokens_per_s=rate("generation_tokens"),
         finished_requests_per_s=finished_per_s,
-        server_ttft_ms=_latency("ttft", names.ttft, new, base),
-        server_itl_ms=_latency("itl", names.itl, new, base),
-        server_tpot_ms=_latency("tpot", names.tpot, new, base),
-        server_e2e_ms=_latency("e2e", names.e2e, new, base),
-        server_queue_ms=_latency("queue", names.queue, new, base),
+        server_ttft_ms=tracker.latency("ttft", names.ttft, new, base),
+        server_itl_ms=tracker.latency("itl", names.itl, new, base),
+        server_tpot_ms=tracker.latency("tpot", names.tpot, new, base),
+        server_e2e_ms=tracker.latency("e2e", names.e2e, new, base),
+        server_queue_ms=tracker.latency("queue", names.queue, new, base),
         prefix_cache_hit_rate=prefix_rate,
         spec_decode_acceptance_rate=spec_rate,
         outcomes=outcomes,

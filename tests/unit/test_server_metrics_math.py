@@ -335,3 +335,34 @@ def test_after_a_reset_the_next_two_scrapes_read_histograms() -> None:
     assert not tracker.wants_histograms(4.0)
     tracker.reset_history()
     assert tracker.wants_histograms(4.0)
+
+
+def test_remembered_latencies_equal_computed_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    # MetricsTracker.latency remembers a role's quantiles while their inputs are the same objects; over a
+    # window that slides, scrapes that leave the histograms out, and a restart, every summary must equal
+    # the one computed afresh each time.
+    from lpxtop.engine import server_tracker
+    from lpxtop.engine.metric_names import histogram_names
+    from lpxtop.engine.server_reparse import ReParser
+
+    families = frozenset({"vllm:time_to_first_token_seconds", "vllm:generation_tokens_total",
+                          "vllm:generation_tokens", "process_start_time_seconds"})
+
+    def run() -> list[ServerMetrics]:
+        parser = ReParser(families, histogram_names(VLLM))
+        tracker = MetricsTracker(window_s=57.0)  # not a multiple of the 10 s between histogram reads
+        out = []
+        for step in range(120):
+            now = 2.0 * step
+            n = step if step < 80 else step - 80  # a restart at step 80
+            counts = (n * 3, n * 5, n * 6 + step % 4, n * 7 + step % 4)
+            wanted = tracker.wants_histograms(now)
+            expo = parser.parse(ttft(*counts) + gen_tokens(n * 40), histograms=wanted)
+            out.append(tracker.update(expo, VLLM, now, 1_000.0 + now, histograms=wanted))
+        return out
+
+    remembered = run()
+    monkeypatch.setattr(server_tracker.MetricsTracker, "latency",
+                        lambda self, role, hist, new, base: server_tracker._latency(role, hist, new, base))
+    assert run() == remembered
+    assert sum(m.server_ttft_ms is not None and m.server_ttft_ms.count > 0 for m in remembered) > 60
