@@ -14,8 +14,6 @@ usage: python benchmarks/engine_cost.py [--seconds 30]
 from __future__ import annotations
 
 import argparse
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,30 +21,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psutil  # noqa: E402
+from sim_processes import sim_processes  # noqa: E402
 
 from lpxtop.assemble import build_engine  # noqa: E402
 from lpxtop.config import endpoints_from_urls  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=30.0)
     args = parser.parse_args()
-    sims, urls = [], []
-    try:
-        for i in range(4):
-            port = free_port()
-            sims.append(subprocess.Popen(
-                [sys.executable, "-m", "lpxtop", "sim", "--port", str(port), "--model", f"m{i}",
-                 "--background-load", "2,12,60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            urls.append(f"127.0.0.1:{port}")
-        time.sleep(2)
+    with sim_processes(4, model=lambda i: f"m{i}") as ports:
+        urls = [f"127.0.0.1:{port}" for port in ports]
         me = psutil.Process()
         runs = (
             ("default", {}),
@@ -66,11 +52,6 @@ def main() -> int:
             pct = 100 * (sum(me.cpu_times()[:2]) - c0) / (time.monotonic() - t0)
             engine.stop()
             print(f"  {label:28s} {pct:5.2f} %", flush=True)
-    finally:
-        for proc in sims:
-            proc.terminate()
-        for proc in sims:
-            proc.wait(10)
     return 0
 
 

@@ -21,22 +21,14 @@ import asyncio
 import json
 import resource
 import socket
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from sim_processes import sim_processes
+
 MODEL = "sim-llama-8b"  # the simulator's default model name
 BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 32,
                    "stream": True}).encode()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def request(port: int) -> bytes:
@@ -136,12 +128,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=20.0)
     args = parser.parse_args()
-    ports = [free_port() for _ in range(4)]
-    sims = [subprocess.Popen([sys.executable, "-m", "lpxtop", "sim", "--port", str(p), "--model", MODEL,
-                              "--background-load", "2,12,60"], cwd=REPO,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for p in ports]
-    try:
-        time.sleep(2.5)
+    with sim_processes(4, model=lambda i: MODEL) as ports:
         kinds = ["asyncio", "thread"]
         try:
             import uvloop  # noqa: F401
@@ -152,11 +139,6 @@ def main() -> int:
         print(f"one read per streamed event, 4 servers, a 32-token stream from each every 2 s, {args.seconds:g} s each")
         for kind in kinds:
             print(measure(kind, ports, args.seconds), flush=True)
-    finally:
-        for proc in sims:
-            proc.terminate()
-        for proc in sims:
-            proc.wait(10)
     return 0
 
 
