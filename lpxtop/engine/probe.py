@@ -248,9 +248,9 @@ class _LazyEvents:
     Up to the first token each read is parsed as it comes, because the first token re-arms the watchdog
     (from the first-token limit to the whole request's). After it, reads wait in a list and are parsed
     together: when one holds `[DONE]` or an `"error"` (the probe ends there), when the list passes
-    LAZY_MAX_BYTES, and when the stream ends or fails. On a loaded host this halves the probe's CPU: a
-    read costs little more than its wake-up, and the parsing runs in one warm loop instead of one cold
-    pass per token.
+    LAZY_MAX_BYTES, and when the stream ends or fails. A read then costs little more than its wake-up,
+    and the parsing runs in one warm loop instead of one cold pass per token: on a 2-core VM with 4
+    endpoints, the probes' CPU went down by about a fifth (perf stat, 273 -> 222 ms per 20 s).
     """
 
     def __init__(self, m: _Measure, status: int, watchdog: _Watchdog, total_deadline_ns: int) -> None:

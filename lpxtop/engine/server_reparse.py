@@ -67,7 +67,7 @@ class ReParser:
         lines: list[tuple[str, bool]] = []  # the kept sample lines, in order: (line, counter-renamed)
         family_count = 0
         name, typ, allowed = "", "untyped", ()
-        belongs_memo = self._belongs  # _kept's memo, read inline: this loop runs once per kept line
+        belongs_memo = self._belongs  # _kept's memo, read inline: this loop runs once per candidate line
         size, heads = self._heads[histograms]
         # The loop drops, without changing any state, the sample lines that start with none of the
         # families' names, and the HELP/TYPE lines in the usual form ("# HELP name", the name right after
