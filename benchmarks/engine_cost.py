@@ -31,8 +31,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=30.0)
     args = parser.parse_args()
-    with sim_processes(4, model=lambda i: f"m{i}") as ports:
-        urls = [f"127.0.0.1:{port}" for port in ports]
+    with sim_processes(4, model=lambda i: f"m{i}") as sims:
+        urls = sims.urls
         me = psutil.Process()
         runs = (
             ("default", {}),

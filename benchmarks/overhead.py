@@ -38,7 +38,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -47,13 +46,12 @@ try:
 except ImportError:  # pragma: no cover - psutil is an lpxtop dependency
     sys.exit("overhead.py: psutil is missing; run it with the project's Python (.venv/bin/python)")
 
-REPO = Path(__file__).resolve().parent.parent
-HOST = "127.0.0.1"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sim_processes import REPO, STOP_TIMEOUT_S, Sims, stop_process  # noqa: E402
+
 TARGET_CPU_PCT = 2.0
 TARGET_RSS_MB = 60.0
 TERM_COLS, TERM_ROWS = 160, 48
-SIM_START_TIMEOUT_S = 20.0
-STOP_TIMEOUT_S = 5.0
 MB = 1024 * 1024
 
 # The engine without any UI: the same build_engine() call and defaults the CLI uses for URLs.
@@ -191,21 +189,6 @@ def sample_tree(root_pid: int, seconds: int, sim_pids: list[int], m: Measurement
         m.rss_mb_per_min = slope_per_min(m.rss_samples_mb)
 
 
-def stop_process(proc: subprocess.Popen) -> None:
-    """SIGTERM, wait a bounded time, then SIGKILL; never raises."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        proc.terminate()
-    try:
-        proc.wait(STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(STOP_TIMEOUT_S)
-
-
 def wait_gone(pid: int) -> None:
     """Wait (bounded) for a process we started to exit; SIGKILL it if it lingers."""
     try:
@@ -216,60 +199,6 @@ def wait_gone(pid: int) -> None:
             proc.kill()
     except psutil.Error:
         pass
-
-
-class Sims:
-    """`lpxtop sim` processes on free loopback ports (each picks its own with --port 0)."""
-
-    def __init__(self, workdir: Path, python: str) -> None:
-        self.workdir = workdir
-        self.python = python
-        self.procs: list[subprocess.Popen] = []
-        self.urls: list[str] = []  # API base URLs, http://127.0.0.1:PORT/v1
-
-    def start(self, count: int, background_load: str) -> None:
-        logs = []
-        for i in range(count):
-            log_path = self.workdir / f"sim{i}.log"
-            argv = [self.python, "-m", "lpxtop", "sim", "--host", HOST, "--port", "0",
-                    "--model", f"sim-bench-{i + 1}", "--background-load", background_load, "--seed", str(i)]
-            with open(log_path, "wb") as log:
-                # Own session: a Ctrl-C in the terminal reaches us, and we stop the sims in order.
-                self.procs.append(subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                                   stdin=subprocess.DEVNULL, start_new_session=True))
-            logs.append(log_path)
-        deadline = time.monotonic() + SIM_START_TIMEOUT_S
-        pattern = re.compile(r"serving \S+ on (http://127\.0\.0\.1:\d+/v1)")
-        for proc, log_path in zip(self.procs, logs):
-            url = None
-            while url is None and time.monotonic() < deadline:
-                found = pattern.search(log_path.read_text(errors="replace"))
-                if found:
-                    url = found.group(1)
-                elif proc.poll() is not None:
-                    break
-                else:
-                    time.sleep(0.1)
-            if url is None:
-                tail = log_path.read_text(errors="replace")[-500:]
-                raise RuntimeError(f"a sim did not start (exit {proc.poll()}): {tail.strip()}")
-            self.urls.append(url)
-        for url in self.urls:  # /metrics must answer before any tool looks at it
-            base = url[: -len("/v1")]
-            with urllib.request.urlopen(f"{base}/metrics", timeout=5) as resp:
-                resp.read()
-
-    @property
-    def bases(self) -> list[str]:
-        return [u[: -len("/v1")] for u in self.urls]
-
-    @property
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.procs]
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            stop_process(proc)
 
 
 class Tmux:

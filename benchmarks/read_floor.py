@@ -128,7 +128,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=20.0)
     args = parser.parse_args()
-    with sim_processes(4, model=lambda i: MODEL) as ports:
+    with sim_processes(4, model=lambda i: MODEL) as sims:
+        ports = sims.ports
         kinds = ["asyncio", "thread"]
         try:
             import uvloop  # noqa: F401
