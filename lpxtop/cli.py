@@ -99,7 +99,7 @@ def _add_ui_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("display")
     g.add_argument("--theme", help="colour theme (lpxtop-dark, lpxtop-light, high-contrast, ...; `t` cycles)")
     g.add_argument("--refresh", type=_positive_float, metavar="SECONDS",
-                   help="screen refresh period (default 1)")
+                   help="screen refresh period (default 2, as nvitop)")
     g.add_argument("--readonly", action="store_true", help="disable every process action (T/K)")
 
 

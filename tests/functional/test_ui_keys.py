@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -11,13 +12,14 @@ import pytest
 from textual.widgets import DataTable, Input, Static, TabbedContent
 
 from lpxtop.model.probe import Percentiles
+from lpxtop.ui.app import create_app
 from lpxtop.ui.screens.confirm import ConfirmSignalScreen
 from lpxtop.ui.screens.detail import DetailScreen
 from lpxtop.ui.screens.help import KEY_HELP, HelpScreen
 from lpxtop.ui.screens.main import MainScreen
 from lpxtop.ui.widgets.endpoints_table import EndpointsTable
 from lpxtop.ui.widgets.row_table import RowTable
-from tests.functional.test_ui_support import bump, make_app, text_of
+from tests.functional.test_ui_support import SwitchableSource, bump, make_app, text_of
 from tests.snapshot_data import empty_snapshot, fixed_snapshot, with_leftover
 
 SIZE = (120, 40)
@@ -125,6 +127,20 @@ async def test_r_resets_statistics():
         await pilot.press("r")
         await pilot.pause()
         assert source.calls == [("reset", None)]
+
+
+async def test_r_shows_the_reset_figures_before_the_next_refresh():
+    source = SwitchableSource(fixed_snapshot())
+    app = create_app(source, refresh_s=60.0, ssh=False)  # the poll timer on, but far away
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("r")
+        reset = bump(source.snapshot(), endpoints=())  # what the engine publishes after the reset
+        source.publish(reset)
+        for _ in range(40):  # bounded: 4 s at most
+            if app.snapshot is reset:
+                break
+            await asyncio.sleep(0.1)
+        assert app.snapshot is reset
 
 
 async def test_plus_and_minus_change_the_probe_interval_within_bounds():
@@ -400,12 +416,14 @@ def replace_gpu_util(gpu, util):
     return replace(gpu, devices=(replace(gpu.devices[0], util_pct=util), *gpu.devices[1:]))
 
 
-async def test_ssh_turns_animation_off_and_keeps_the_poll_at_1_hz(monkeypatch):
+async def test_ssh_turns_animation_off_and_keeps_the_poll_under_1_hz(monkeypatch):
     _, app = make_app(ssh=None)
-    assert app.refresh_s == 1.0 and app.animation_level != "none"
+    assert app.refresh_s == 2.0 and app.animation_level != "none"
     monkeypatch.setenv("SSH_CONNECTION", "10.0.0.1 5000 10.0.0.2 22")
     _, app = make_app(ssh=None)
-    assert app.refresh_s == 1.0 and app.animation_level == "none"
+    assert app.refresh_s == 2.0 and app.animation_level == "none"
+    _, asked = make_app(ssh=None, refresh_s=1.0)  # `--refresh 1`: asked for, so kept over SSH too
+    assert asked.refresh_s == 1.0
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("slash")
         await pilot.pause()
