@@ -46,6 +46,27 @@ def test_engine_probes_publishes_and_takes_commands():
         assert not any(t.name == "lpxtop-engine" for t in threading.enumerate())
 
 
+def test_commands_end_the_wait_between_probes_at_once():
+    with start_sim_in_thread(SimConfig(model="sim-a", ttft_ms=5, itl_ms=1)) as sim:
+        engine = Engine([endpoint(sim.url, model="sim-a", interval_s=30.0)], EngineSettings(scrape_metrics=False))
+        with engine:
+
+            def sent() -> int:
+                endpoints = engine.snapshot().endpoints
+                return endpoints[0].probes_sent if endpoints else 0
+
+            wait_for(lambda: sent() == 1 and not engine.snapshot().endpoints[0].in_flight)
+            engine.set_interval(0.25)  # the loop sleeps for 30 s: the new interval must not wait for that
+            wait_for(lambda: sent() >= 3, timeout=5)
+            engine.set_interval(60.0)
+            time.sleep(0.5)
+            engine.set_paused(True)
+            wait_for(lambda: engine.snapshot().paused)
+            paused_at = sent()
+            engine.set_paused(False)  # resuming starts a probe now, not after the 60-s wait
+            wait_for(lambda: sent() > paused_at, timeout=5)
+
+
 def test_a_down_endpoint_is_down_and_does_not_leak_tasks():
     url = f"http://127.0.0.1:{free_port()}/v1"
     engine = Engine([endpoint(url, model="m", interval_s=0.25)], EngineSettings())
