@@ -312,7 +312,7 @@ def run_engine_only(m: Measurement, python: str, args, sims: Sims, workdir: Path
 def measure_all(args) -> tuple[list[Measurement], dict]:
     python = sys.executable
     env = {k: v for k, v in os.environ.items() if k not in ("SSH_CONNECTION", "SSH_CLIENT", "SSH_TTY")}
-    # Local defaults (SSH would slow lpxtop's refresh to 1 s), no colour override, no Textual devtools.
+    # Local defaults (over SSH lpxtop turns animation off), no colour override, no Textual devtools.
     env.pop("TEXTUAL", None)
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     results: list[Measurement] = []
@@ -476,7 +476,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--peer-venv", metavar="PATH", default=None,
                         help="venv holding vllm-mon / vllm-htop (default: PATH, ./bench-venv, $LPXTOP_PEER_VENV)")
     parser.add_argument("--lpxtop-args", default="", metavar="ARGS",
-                        help="extra options for the dashboard row, e.g. '--interval 10 --refresh 2', to measure "
+                        help="extra options for the dashboard row, e.g. '--interval 10 --refresh 1', to measure "
                         "what other settings cost (the target is judged at the defaults)")
     parser.add_argument("--json", action="store_true", help="print JSON (with the 1-s samples) instead of a table")
     args = parser.parse_args(argv)

@@ -65,7 +65,7 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
                    help="environment variable that holds the API key (the key itself is never shown or saved)")
     g.add_argument("-i", "--interval", type=_positive_float, metavar="SECONDS",
                    help="seconds between probes of one endpoint (default 2)")
-    g.add_argument("--max-tokens", type=_positive_int, metavar="N", help="tokens to ask for per probe (default 32)")
+    g.add_argument("--max-tokens", type=_positive_int, metavar="N", help="tokens to ask for per probe (default 16)")
     g.add_argument("--prompt", help="probe prompt (a random prefix is added unless --no-random-prefix)")
     g.add_argument("--no-random-prefix", action="store_true",
                    help="send the prompt as is (prefix caching may then hide prefill time)")
