@@ -1,8 +1,8 @@
 """What one streamed token's socket read costs, with nothing of lpxtop's around it.
 
 Starts 4 simulated servers (`lpxtop sim`, own processes, background load) and, in this process, reads
-one 32-token stream from each every 2 s, as lpxtop's default probes do, with the smallest reader of
-each kind; then prints this process's CPU per read:
+one 32-token stream from each every 2 s (lpxtop's default probe asks for 16; the figure is per read),
+with the smallest reader of each kind; then prints this process's CPU per read:
 
   asyncio   an asyncio.Protocol on the standard event loop (lpxtop's engine runs on one)
   uvloop    the same Protocol on uvloop (only when uvloop is installed)
