@@ -18,6 +18,7 @@ from textual.filter import Monochrome
 from textual.screen import ModalScreen, Screen
 from textual.theme import Theme
 
+from lpxtop.engine.runner import PUBLISH_EVERY_S
 from lpxtop.engine.source import SnapshotSource
 from lpxtop.model.snapshot import Snapshot
 from lpxtop.ui.formatting import merge_thresholds
@@ -33,9 +34,9 @@ INTERVAL_MIN_S, INTERVAL_MAX_S = 0.25, 60.0
 # repaint is the UI's main cost: ~6 ms of CPU on a 2-core VM, so 1 s instead of 2 s adds ~0.25 % of a
 # core (`--refresh 1` asks for it). Keys repaint at once either way.
 REFRESH_S = 2.0
-# After `r`, the reset figures show this soon rather than at the next refresh (the engine publishes a
-# snapshot every 0.5 s).
-POLL_AFTER_COMMAND_S = 0.6
+# After `r`, the reset figures show this soon rather than at the next refresh: just after the engine's
+# next snapshot.
+POLL_AFTER_COMMAND_S = PUBLISH_EVERY_S + 0.1
 
 
 
