@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import logging
 import os
@@ -17,7 +18,10 @@ from collections.abc import Sequence
 from lpxtop import __version__
 from lpxtop.config import ConfigError, FileConfig, apply_overrides, endpoints_from_urls, load_config_file
 
-SUBCOMMANDS = ("demo", "once", "sim")
+# Subcommands whose code lives in a package of its own: module -> `build_parser(command)` and
+# `run(command, args) -> int`. The module is imported only when its subcommand is used.
+PACKAGE_SUBCOMMANDS: dict[str, str] = {}
+SUBCOMMANDS = ("demo", "once", "sim", *PACKAGE_SUBCOMMANDS)
 SWITCH_INTERVAL_S = 0.001
 
 EPILOG = """\
@@ -148,6 +152,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                             help="seconds between probes (default 1)")
         _add_ui_flags(parser)
         return parser
+    if command in PACKAGE_SUBCOMMANDS:
+        return importlib.import_module(PACKAGE_SUBCOMMANDS[command]).build_parser(command)
     if command == "sim":
         from lpxtop.sim.cli import add_sim_arguments
 
@@ -175,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("LPXTOP_LOG", "WARNING").upper(), stream=sys.stderr,
                         format="lpxtop: %(levelname)s %(name)s: %(message)s")
     try:
+        if command in PACKAGE_SUBCOMMANDS:
+            return int(importlib.import_module(PACKAGE_SUBCOMMANDS[command]).run(command, args))
         if command == "sim":
             from lpxtop.sim.cli import run_sim
 

@@ -24,6 +24,15 @@ from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, EndpointWindow
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.model.events import (
+    AlertsEvent,
+    EngineEvent,
+    GpuEvent,
+    SampleEvent,
+    ScrapeEvent,
+    SnapshotEvent,
+    SystemEvent,
+)
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.host import HostSnapshot
 from lpxtop.model.ports import LeftoverProcess, PortStatus
@@ -203,6 +212,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Event | None = None
         self._ready = threading.Event()
+        self._listeners: list[Callable[[EngineEvent], None]] = []
 
     # ---- the reader's side (any thread) ----
 
@@ -221,6 +231,26 @@ class Engine:
     def request_surge(self, on: bool) -> None:
         if self._on_surge is not None:
             self._on_surge(on)
+
+    def add_listener(self, listener: Callable[[EngineEvent], None]) -> None:
+        """Hand every input the engine measures to `listener` (see lpxtop.model.events).
+
+        Called on the engine's loop: the listener must return at once and never block. One that
+        raises is logged and dropped. Add listeners before `start()`.
+        """
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[EngineEvent], None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(listener)
+
+    def _emit(self, event: EngineEvent) -> None:
+        for listener in tuple(self._listeners):
+            try:
+                listener(event)
+            except Exception:  # noqa: BLE001 - a reader's bug must not stop the measuring
+                log.exception("engine listener %r failed; dropped", listener)
+                self.remove_listener(listener)
 
     @property
     def interval_s(self) -> float:
@@ -297,8 +327,16 @@ class Engine:
                 # the GPU was read before the port check said which PID serves which endpoint:
                 # read it again (about 1 ms) so its processes are joined to their endpoints
                 await self._collect_gpu()
-        self._snapshot = self._build_snapshot()
+        self._publish(self._build_snapshot())
         return self._snapshot
+
+    def _publish(self, snapshot: Snapshot) -> None:
+        previous = self._snapshot
+        self._snapshot = snapshot
+        if self._listeners:
+            if snapshot.alerts != previous.alerts:
+                self._emit(AlertsEvent(snapshot.wall_time, snapshot.alerts))
+            self._emit(SnapshotEvent(snapshot))
 
     # ---- the engine's loop ----
 
@@ -404,6 +442,8 @@ class Engine:
         state.window.add(sample)
         state.changed()
         self._dirty = True
+        if self._listeners:
+            self._emit(SampleEvent(state.config.name, sample))
         return sample
 
     async def _resolve_model(self, state: _EndpointState, client: HttpClient) -> tuple[str | None, str | None]:
@@ -449,10 +489,13 @@ class Engine:
         if metrics.status != "ok" and (state.server is None or state.server.status != metrics.status):
             log.info("metrics of %s: %s", state.config.name, metrics.status)
         state.server = metrics
+        now = time.time()
         if metrics.status == "ok":
-            state.window.add_server_point(metrics, time.time())
+            state.window.add_server_point(metrics, now)
         state.changed()
         self._dirty = True
+        if self._listeners:
+            self._emit(ScrapeEvent(state.config.name, now, metrics))
 
     async def _gpu_loop(self) -> None:
         if self._gpu is not None:
@@ -473,6 +516,8 @@ class Engine:
         # "unavailable" every second is no news: do not make readers redraw for it
         if self._gpu_snapshot.devices or previous.devices or self._gpu_snapshot.status != previous.status:
             self._dirty = True
+            if self._listeners:
+                self._emit(GpuEvent(time.time(), self._gpu_snapshot))
 
     async def _system_loop(self) -> None:
         await self._every(self.settings.system_interval_s, self._collect_host_and_ports)
@@ -495,6 +540,8 @@ class Engine:
             except Exception:  # noqa: BLE001
                 log.exception("host collection failed")
         self._dirty = True
+        if self._listeners:
+            self._emit(SystemEvent(time.time(), self._host_snapshot, self._port_statuses, self._leftovers))
 
     def _endpoint_pids(self) -> dict[int, str]:
         return {p.pid: p.endpoint for p in self._port_statuses if p.pid is not None and p.endpoint}
@@ -528,7 +575,7 @@ class Engine:
             if self._dirty or time.time() - self._snapshot.wall_time >= HEARTBEAT_S:
                 self._dirty = False
                 try:
-                    self._snapshot = self._build_snapshot()
+                    self._publish(self._build_snapshot())
                 except Exception:  # noqa: BLE001
                     log.exception("snapshot failed")
             await asyncio.sleep(PUBLISH_EVERY_S)

@@ -186,3 +186,29 @@ def test_collect_once_gives_a_failed_last_scrape_one_more_try():
     assert len(hits) == 3
     assert server is not None and (server.status, server.kind) == ("ok", "llamacpp"), server
     assert server.requests_running is not None
+
+
+def test_listeners_get_every_input_and_a_failing_listener_is_dropped():
+    from lpxtop.model.events import SampleEvent, ScrapeEvent, SnapshotEvent
+
+    seen: list = []
+    calls = {"bad": 0}
+
+    def bad(event) -> None:
+        calls["bad"] += 1
+        raise RuntimeError("a reader's bug")
+
+    with start_sim_in_thread(SimConfig(model="sim-a", ttft_ms=5, itl_ms=1)) as sim:
+        from lpxtop.engine.servers import ServerScraper
+
+        engine = Engine([endpoint(sim.url, model="sim-a", interval_s=0.25)], EngineSettings(),
+                        scraper_factory=ServerScraper)
+        engine.add_listener(bad)
+        engine.add_listener(seen.append)
+        with engine:
+            wait_for(lambda: sum(isinstance(e, SampleEvent) for e in seen) >= 3
+                     and any(isinstance(e, ScrapeEvent) for e in seen)
+                     and any(isinstance(e, SnapshotEvent) for e in seen))
+    samples = [e for e in seen if isinstance(e, SampleEvent)]
+    assert all(e.endpoint == "sim" and e.sample.ok for e in samples)
+    assert calls["bad"] == 1  # dropped after its first failure; the others kept getting events
