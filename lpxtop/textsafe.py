@@ -1,0 +1,87 @@
+"""Text lpxtop did not write itself, made safe to show and to store.
+
+Servers' error messages, model ids, process command lines and /metrics labels reach the screen, the
+`once` table, JSON, logs, recordings and exports. Two things must never pass through:
+
+- **secrets**: every value lpxtop sends as a credential (API keys read from the environment, the
+  values of headers named in the config) is registered here when it is read, and `scrub()` replaces
+  each registered value wherever it appears, including inside a server's echo of the request;
+  `Authorization: Bearer …`-like text is masked whatever its value;
+- **terminal control**: escape sequences and other control characters (a server could clear the
+  screen, move the cursor or set the window title through a message the `once` table prints).
+
+One mechanism for every path: text from outside goes through `scrub()` where it enters lpxtop's
+records (the probe's error message, the model id, the port check's command line), so every reader
+downstream gets clean text.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+MASK = "***"
+# Shorter values are not registered: masking "ab" everywhere would garble text, and no real key is that short.
+MIN_SECRET_LEN = 6
+
+_lock = threading.Lock()
+_secrets: frozenset[str] = frozenset()
+_secrets_pattern: re.Pattern[str] | None = None
+
+# ESC-introduced sequences (CSI, OSC up to BEL or ST, and two-byte escapes), then any other C0/C1
+# control character except tab and newline (tab is kept, newlines are the caller's choice).
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"  # DCS, SOS, PM, APC
+    r"|\x1b[@-Z\\-_]?"  # other escapes, and a lone ESC
+    r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
+)
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# "Bearer <credential>", and "api_key=<value>"-like assignments (a separator is required, so that
+# prose such as "token limit exceeded" is left alone).
+_BEARER = re.compile(
+    r"(?i)\b(bearer|basic)(\s+)([A-Za-z0-9._~+/=-]{6,})"
+    r"|\b(api[-_]?key|access[-_]?token|auth[-_]?token|secret|password|passwd)(\s*[:=]\s*[\"']?)([^\s\"',;&]{6,})"
+)
+
+
+def register_secret(value: str | None) -> None:
+    """Remember a credential so that `scrub()` masks it wherever it appears from now on."""
+    global _secrets, _secrets_pattern
+    if not value or len(value) < MIN_SECRET_LEN or value in _secrets:
+        return
+    with _lock:
+        secrets = _secrets | {value}
+        # longest first, so a key that contains another is masked whole
+        _secrets_pattern = re.compile("|".join(re.escape(s) for s in sorted(secrets, key=len, reverse=True)))
+        _secrets = secrets
+
+
+def redact(text: str) -> str:
+    """`text` with every registered secret and every bearer-like credential masked."""
+    pattern = _secrets_pattern
+    if pattern is not None:
+        text = pattern.sub(MASK, text)
+    return _BEARER.sub(_mask_credential, text)
+
+
+def _mask_credential(m: re.Match[str]) -> str:
+    if m.group(1) is not None:
+        return f"{m.group(1)}{m.group(2)}{MASK}"
+    return f"{m.group(4)}{m.group(5)}{MASK}"
+
+
+def printable(text: str, *, newlines: bool = False) -> str:
+    """`text` without escape sequences and control characters; newlines become spaces unless kept."""
+    text = _ESCAPES.sub("", text)
+    if not newlines:
+        text = text.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+    return _CONTROLS.sub("", text) if not newlines else re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", "", text)
+
+
+def scrub(text: str | None, *, newlines: bool = False) -> str | None:
+    """Outside text made safe to show, log and store: secrets masked, control sequences removed."""
+    if text is None:
+        return None
+    return printable(redact(text), newlines=newlines)
