@@ -195,8 +195,8 @@ def completion_body() -> bytes:
     }).encode()
 
 
-@pytest.mark.parametrize("content_type", ["application/json", "text/event-stream", None])
-@pytest.mark.parametrize("framing", ["length", "chunked", "close"])
+@pytest.mark.parametrize(("content_type", "framing"), [("application/json", "length"), ("text/event-stream", "chunked"),
+                                                      (None, "close"), ("application/json", "chunked")])
 async def test_one_json_body_instead_of_a_stream_is_not_streamed(content_type, framing):
     headers = {"Content-Type": content_type} if content_type else {}
     body = completion_body()
@@ -309,3 +309,36 @@ async def test_a_model_id_with_terminal_escapes_is_scrubbed_in_the_sample():
     with HostileServer(Reply(pieces)) as server:
         sample, _ = await probe(server)
     assert sample.ok and sample.model == "m" and "\x1b" not in sample.response_id and len(sample.response_id) <= 256
+
+
+# --- any split of a real stream, any bytes: through the real client ------------------------------
+
+
+async def test_real_capture_in_random_chunkings_over_a_socket_gives_the_same_sample():
+    import random
+
+    from tests.conftest import FIXTURES
+
+    raw = (FIXTURES / "sse" / "vllm-0.32.0-chat-stream-include-usage.txt").read_bytes()
+    rng = random.Random(5)
+    seen = set()
+    for _ in range(4):
+        cuts = sorted(rng.sample(range(1, len(raw)), rng.randint(1, 60)))
+        pieces = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)])]
+        with HostileServer(Reply(pieces, gap_s=0.002)) as server:
+            sample, _ = await probe(server)
+        assert sample.ok, sample.error_text
+        seen.add((len(sample.token_event_ms), sample.output_tokens, sample.finish_reason, sample.model))
+    assert seen == {(8, 8, "length", "tiny-llama")}
+
+
+async def test_arbitrary_bytes_over_a_socket_give_a_classified_sample():
+    import random
+
+    rng = random.Random(7)
+    bodies = [bytes(rng.randrange(256) for _ in range(rng.randint(0, 600))) for _ in range(6)]
+    bodies += [b"data: " + body for body in bodies[:3]] + [b"\xef\xbb\xbf{" + bodies[3], b"<" + bodies[4]]
+    with HostileServer(lambda request: Reply([bodies.pop()], framing="close")) as server:
+        while bodies:
+            sample, took = await probe(server, first_token_timeout_s=0.5, timeout_s=1.0)
+            assert not sample.ok and sample.error_kind in ERROR_KINDS and took < 2.0
