@@ -17,11 +17,17 @@ from lpxtop.engine.httpclient import (
 
 
 def http_error_kind(status: int) -> str:
+    """The class of a status other than 200: a redirect left unfollowed and an unexpected 1xx/2xx (204 No
+    Content, 202 Accepted...) are not client errors, so they are not called `http_4xx`."""
     if status in (401, 403, 404, 429):
         return f"http_{status}"
     if status >= 500:
         return "http_5xx"
-    return "http_4xx"
+    if status >= 400:
+        return "http_4xx"
+    if status >= 300:
+        return "http_3xx"
+    return "http_other"
 
 
 def _chain(exc: BaseException):

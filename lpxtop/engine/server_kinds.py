@@ -11,6 +11,7 @@ from lpxtop.engine.metric_names import KINDS, KindNames
 from lpxtop.engine.server_exposition import Exposition
 from lpxtop.engine.server_ollama import looks_like_ps
 from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.textsafe import register_secret
 
 PROBE_TIMEOUT = 3.0
 
@@ -59,11 +60,30 @@ async def probe_kind(client: HttpClient, endpoint: EndpointConfig) -> str | None
     return None
 
 
+# Config headers whose values are not credentials: every other header's value is registered as a secret.
+_PLAIN_HEADERS = frozenset(
+    ("accept", "accept-encoding", "accept-language", "cache-control", "connection", "content-type", "user-agent")
+)
+_AUTH_SCHEMES = frozenset(("bearer", "basic", "token", "apikey", "api-key", "key"))
+
+
 def auth_headers(endpoint: EndpointConfig) -> dict[str, str]:
-    """The endpoint's own headers plus its bearer key (read from its env variable); never logged."""
+    """The endpoint's own headers plus its bearer key (read from its env variable); never logged.
+
+    Every credential it sends is registered with `textsafe.register_secret` as it is read (the key,
+    and the values of the config's headers, with the credential after a scheme such as "Bearer" on its
+    own), so a server that echoes the request back in an error cannot get it shown or stored.
+    """
     headers = dict(endpoint.headers)
+    for name, value in headers.items():
+        if name.lower() not in _PLAIN_HEADERS:
+            register_secret(value)
+            scheme, _, credential = value.strip().partition(" ")
+            if credential and scheme.lower() in _AUTH_SCHEMES:
+                register_secret(credential.strip())
     key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
     if key:
+        register_secret(key)
         headers["Authorization"] = f"Bearer {key}"  # the named key wins over a stray header
     return headers
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MAX_PENDING_BYTES = 4 * 1024 * 1024  # a line longer than this is garbage, not an event
+BOM = b"\xef\xbb\xbf"  # the stream may begin with one UTF-8 byte order mark, which is not part of a field
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,10 @@ class SseParser:
     """Splits a byte stream into SSE events (``data:`` lines joined by newlines, blank line ends an event).
 
     Accepts LF, CRLF and CR line endings, comments (``:``), ``event:`` fields and data split across reads at
-    any byte, including inside a multi-byte UTF-8 character (lines are decoded only once complete).
+    any byte, including inside a multi-byte UTF-8 character (lines are decoded only once complete), and
+    drops a UTF-8 byte order mark at the start of the stream, as the SSE specification says (kept, it
+    would make the first line's field name "\\ufeffdata" and lose the first event).
+    Held to a maintained parser (httpx-sse's decoder) by tests/unit/test_sse_reference.py.
     """
 
     def __init__(self) -> None:
@@ -30,7 +34,13 @@ class SseParser:
         self._data: list[str] = []
         self._event: str | None = None
         self._pending_cr = False
+        self._started = False  # any byte seen yet (a BOM is only dropped at the very start)
         self.overflowed = False
+
+    @property
+    def pending(self) -> bool:
+        """True while part of an event (a line, or data lines without their blank line) waits for more bytes."""
+        return bool(self._buffer or self._data or self._pending_cr)
 
     def feed(self, chunk: bytes, t_ns: int) -> list[SseEvent]:
         """Consume one read; return the events it completed, all stamped with `t_ns`."""
@@ -45,8 +55,13 @@ class SseParser:
             and b"\r" not in chunk
         ):
             # The usual read of a stream: exactly one whole `data:` line and the blank line after it.
+            self._started = True
             value = chunk[5:-2].decode("utf-8", errors="replace")
             return [SseEvent(data=value[1:] if value.startswith(" ") else value, t_ns=t_ns)]
+        if not self._started:
+            chunk = self._drop_bom(chunk)
+            if not chunk:
+                return []
         events: list[SseEvent] = []
         if self._pending_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]  # the LF of a CRLF split across two reads
@@ -67,6 +82,16 @@ class SseParser:
             self.overflowed = True
             self._buffer.clear()
         return events
+
+    def _drop_bom(self, chunk: bytes) -> bytes:
+        """The stream's first bytes without a leading BOM; b"" while they could still be the start of one."""
+        head = bytes(self._buffer) + chunk
+        if len(head) < len(BOM) and BOM.startswith(head):
+            self._buffer = bytearray(head)  # wait: the BOM may be split across reads
+            return b""
+        self._started = True
+        self._buffer.clear()
+        return head[len(BOM) :] if head.startswith(BOM) else head
 
     def close(self, t_ns: int) -> list[SseEvent]:
         """End of stream: a final event with no trailing blank line still counts."""

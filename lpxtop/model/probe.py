@@ -130,9 +130,12 @@ ERROR_KINDS = (
     "http_429",
     "http_4xx",
     "http_5xx",
+    "http_3xx",  # a redirect that was not followed
+    "http_other",  # a 1xx or 2xx other than 200 (204 No Content, 202 Accepted...)
     "stream_cut",
     "bad_json",
     "error_event",
+    "not_streamed",  # one JSON body (or a page) instead of an event stream: see probe._body_error
     "empty",
     "other",
 )

@@ -58,6 +58,11 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         help="tokens per streamed content chunk, like a stream interval or speculative decoding (default: %(default)s)",
     )  # fmt: skip
     parser.add_argument(
+        "--empty-chunk-rate", type=float, default=d.empty_chunk_rate, metavar="SHARE",
+        help='share of tokens streamed as `"content": ""`, as vLLM sends a token that completes no UTF-8 '
+        "character (about 0.2 in real runs), 0..1 (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
         "--background-load", default="off", metavar="MIN,MAX,PERIOD_S",
         help="virtual requests kept in flight, rising from MIN to MAX and back every PERIOD_S seconds, "
         "e.g. 2,24,60 (default: off)",
@@ -81,6 +86,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         fail_rate=args.fail_rate,
         api_key=args.api_key or None,
         tokens_per_chunk=args.tokens_per_chunk,
+        empty_chunk_rate=args.empty_chunk_rate,
         background_load=parse_background_load(args.background_load),
         seed=args.seed,
     )

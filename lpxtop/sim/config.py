@@ -43,7 +43,9 @@ class SimConfig:
     max_waiting: int = 256
     default_max_tokens: int = 128  # when a request gives no max_tokens (vLLM would use the whole context)
     random_stop: bool = False  # stop at a random length <= max_tokens ("stop"), unless ignore_eos
-    empty_chunk_rate: float = 0.0  # share of single-token chunks sent with "" content (split UTF-8)
+    # Share of single-token chunks sent as `"content": ""`, as vLLM sends a token that completes no UTF-8
+    # character (its text comes with the next chunk). The last token always carries text.
+    empty_chunk_rate: float = 0.0
     send_usage: bool = True  # False: ignore stream_options.include_usage, like servers that never send it
     reject_stream_options: bool = False  # True: HTTP 422 for a request that has stream_options at all
     role_chunk_at: str = "admitted"  # "received" | "admitted" (scheduled) | "first_token"
@@ -76,6 +78,8 @@ class SimConfig:
             raise ValueError("ttft_ms and itl_ms must not be negative")
         if not 0.0 <= self.fail_rate <= 1.0:
             raise ValueError("fail_rate must be between 0 and 1")
+        if not 0.0 <= self.empty_chunk_rate <= 1.0:
+            raise ValueError("empty_chunk_rate must be between 0 and 1")
         if self.role_chunk_at not in ("received", "admitted", "first_token"):
             raise ValueError("role_chunk_at must be 'received', 'admitted' or 'first_token'")
         self.max_model_len = max(2, min(self.max_model_len, self.kv_tokens))

@@ -13,7 +13,7 @@ What each one does on the wire (generation requests, /v1/chat/completions and /v
 - first_token_delay_ms: the request's first token comes that much later (its prefill is held back
   without slowing the other requests).
 - bad_json: one malformed `data:` line is sent right before the first content chunk.
-- empty: the request finishes ("stop") without any content token.
+- empty: the request finishes ("stop") without any token: a finish-only chunk (`delta: {}`).
 - slow_headers_s: the response headers (or error) are sent that many seconds late.
 
 `count=N` on set() makes the given faults apply to the next N generation requests only, on top of the

@@ -12,11 +12,15 @@ EVENT_KINDS = ("role", "content", "empty_content", "finish", "usage", "done", "e
 
 
 def token_times_ns(events) -> list[int]:
-    """When each token-bearing event was written: content chunks, and a finish chunk that carries text.
+    """When each token event was written: content chunks, empty-content chunks (a token that completed no
+    character, sent as `"content": ""` like vLLM does), and a finish chunk that carries a token.
 
     `events` are (t_ns, kind, n_tokens) triples, as in SimRecord.events or its JSON form.
     """
-    return [t for t, kind, n in events if kind in ("content", "finish") and n > 0]
+    return [t for t, kind, n in events if kind in _TOKEN_EVENT_KINDS and n > 0]
+
+
+_TOKEN_EVENT_KINDS = ("content", "empty_content", "finish")
 
 
 @dataclass

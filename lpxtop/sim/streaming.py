@@ -153,7 +153,10 @@ class StreamSession:
                 await self._send("bad_json", 0, chunks.bad_json())
             text, carry = carry + pending_text, ""
             if finish is not None:
-                await self._send("finish", 0 if f.empty else pending_n, chunks.content(text, finish))
+                if f.empty:  # no token at all: the stream ends with a finish-only chunk
+                    await self._send("finish", 0, chunks.finish_only(finish))
+                else:
+                    await self._send("finish", pending_n, chunks.content(text, finish))
                 self.record.finish_reason = finish
                 break
             if (

@@ -96,6 +96,15 @@ class ChunkMaker:
         choice["token_ids"] = None
         return {**self._head(), "choices": [choice]}
 
+    def finish_only(self, finish_reason: str) -> dict[str, Any]:
+        """A finish chunk that carries no token (`delta: {}`, as OpenAI and llama-server send it)."""
+        if self.api == "chat":
+            choice: dict[str, Any] = {"index": 0, "delta": {}, "logprobs": None}
+        else:
+            choice = {"index": 0, "logprobs": None}
+        choice["finish_reason"] = finish_reason
+        return {**self._head(), "choices": [choice]}
+
     def usage(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
         """The usage chunk (`"choices": []`) sent when stream_options.include_usage is true."""
         usage = {

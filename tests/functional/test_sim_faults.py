@@ -122,7 +122,8 @@ def test_empty_finishes_without_content(sim: SimHandle, client: httpx.Client) ->
     sim.server.set_faults(count=1, empty=True)
     result = _chat(sim, client, max_tokens=8)
     chunks = result.json_events()
-    assert [c["choices"][0]["delta"].get("content") for c in chunks[:-1]] == ["", ""]
+    # the role chunk, then a finish-only chunk (`delta: {}`): no token event at all
+    assert [c["choices"][0]["delta"] for c in chunks[:-1]] == [{"role": "assistant", "content": ""}, {}]
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
     assert chunks[-1]["usage"]["completion_tokens"] == 0
     assert result.events[-1][1] == "[DONE]"

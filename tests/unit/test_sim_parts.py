@@ -16,9 +16,23 @@ from lpxtop.sim.prefix_cache import PrefixCache
 
 def test_config_clamps_the_context_to_the_kv_cache_and_rejects_nonsense() -> None:
     assert SimConfig(kv_tokens=1000, max_model_len=4096).max_model_len == 1000
-    for bad in ({"max_num_seqs": 0}, {"tokens_per_chunk": 0}, {"fail_rate": 1.5}, {"role_chunk_at": "never"}):
+    for bad in ({"max_num_seqs": 0}, {"tokens_per_chunk": 0}, {"fail_rate": 1.5}, {"role_chunk_at": "never"},
+                {"empty_chunk_rate": -0.1}, {"empty_chunk_rate": 1.5}):
         with pytest.raises(ValueError):
             SimConfig(**bad)
+
+
+def test_the_empty_chunk_rate_is_a_command_line_flag() -> None:
+    import argparse
+
+    from lpxtop.sim.cli import add_sim_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_sim_arguments(parser)
+    assert config_from_args(parser.parse_args([])).empty_chunk_rate == 0.0
+    assert config_from_args(parser.parse_args(["--empty-chunk-rate", "0.2"])).empty_chunk_rate == 0.2
+    with pytest.raises(ValueError):
+        config_from_args(parser.parse_args(["--empty-chunk-rate", "2"]))
 
 
 def test_background_load_parsing_and_sine() -> None:
