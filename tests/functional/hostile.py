@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -44,6 +45,7 @@ class HostileServer:
     def __init__(self, reply: Reply | Callable[[Request], Reply]) -> None:
         self._reply = reply
         self.requests: list[Request] = []
+        self.writes_ns: list[int] = []  # perf_counter_ns just before each piece was written, all replies
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="hostile-server", daemon=True)
         self._server: asyncio.Server | None = None
@@ -116,6 +118,7 @@ class HostileServer:
             head.append("Connection: close")
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
         for piece in reply.pieces:
+            self.writes_ns.append(time.perf_counter_ns())
             writer.write(b"%x\r\n%s\r\n" % (len(piece), piece) if reply.framing == "chunked" else piece)
             await writer.drain()
             if reply.gap_s:
