@@ -35,9 +35,6 @@ class LpxtopCollector:
         self.state = state
         self.snapshot = snapshot
         self.host = label_value(host)
-        # (kind, severity) of every alert seen since start: reported as 0 once over, so a series never
-        # vanishes between two alerts and the label set only grows up to the bounded set of kinds
-        self._alert_keys: set[tuple[str, str]] = set()
 
     def describe(self) -> list[Metric]:
         return []  # nothing to check at registration; and collect() must not run before the engine does
@@ -138,11 +135,12 @@ class LpxtopCollector:
         for alert in snap.alerts:
             key = (label_value(alert.kind), alert.severity)
             counts[key] = counts.get(key, 0) + 1
-            if key not in self._alert_keys and len(self._alert_keys) < MAX_ALERT_SERIES:
-                self._alert_keys.add(key)
+            seen = self.state.alert_keys
+            if key not in seen and len(seen) < MAX_ALERT_SERIES:
+                seen.add(key)
         family = GaugeMetricFamily("lpxtop_alert", "Active lpxtop alerts of this kind and severity (the "
                                    "dashboard's alerts bar; 0 once they are over).", labels=["host", "kind", "severity"])
-        for kind, severity in sorted(self._alert_keys):
+        for kind, severity in sorted(self.state.alert_keys):
             family.add_metric([self.host, kind, severity], counts.get((kind, severity), 0))
         return [family]
 

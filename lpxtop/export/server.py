@@ -24,7 +24,7 @@ log = logging.getLogger("lpxtop.export")
 
 MAX_CONNECTIONS = 16
 REQUEST_TIMEOUT_S = 10.0
-TICK_S = 1.0
+TICK_S = 0.5  # also how long stop() may wait for the serving loop to notice
 GZIP_MIN_BYTES = 1024
 
 LANDING = """<!doctype html><html><head><title>lpxtop exporter</title></head><body>
@@ -41,7 +41,9 @@ class _Handler(BaseHTTPRequestHandler):
     server: ExporterHttpServer
     timeout = REQUEST_TIMEOUT_S  # for reading the request; a silent client is dropped
     server_version = "lpxtop-exporter"
-    sys_version = ""
+
+    def version_string(self) -> str:
+        return self.server_version
 
     def do_GET(self) -> None:  # noqa: N802 - the standard library's name
         exporter = self.server.exporter

@@ -14,9 +14,10 @@ time, whatever its model or server kind turn out to be.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import Histogram
 
@@ -29,6 +30,11 @@ MAX_PENDING = 4096  # samples waiting for a scrape; the idle tick folds them in 
 DRAIN_AT = 256  # the idle tick folds the queue in once it holds this many
 MAX_ENDPOINTS = 512  # a bound on the label sets: discovery cannot grow them without end
 MAX_LABEL_CHARS = 200
+# An endpoint's series appear once its labels are settled (a probe finished, so the model was asked
+# for; the server's metrics were scraped once, so its kind is known), or this long after it appeared.
+# Otherwise the first scrapes would publish `model=""` / `server_kind="unknown"` series that change
+# seconds later, and Prometheus would see each counter as two series.
+SETTLE_S = 10.0
 
 
 def label_value(text: str | None) -> str:
@@ -47,8 +53,13 @@ class EndpointLabels:
     model: str = ""
     server_kind: str = "unknown"
     url: str = ""
+    first_seen: float = field(default_factory=time.monotonic)
+    ready: bool = False
 
     def learn(self, view: EndpointView) -> None:
+        if not self.ready:
+            settled = view.probes_sent > 0 and view.server is not None
+            self.ready = settled or time.monotonic() - self.first_seen >= SETTLE_S
         if view.model:
             self.model = label_value(view.model)
         if view.server_kind and view.server_kind != "unknown":
@@ -109,6 +120,9 @@ class ExportState:
         self._unlabelled = 0  # samples of endpoints past MAX_ENDPOINTS
         self._series: dict[str, EndpointSeries] = {}
         self._labels: dict[str, EndpointLabels] = {}
+        # (kind, severity) of every alert seen since start: reported as 0 once over, so a series does not
+        # vanish between two alerts, and the label sets only grow up to the bounded set of alert kinds
+        self.alert_keys: set[tuple[str, str]] = set()
         self.lock = threading.Lock()
 
     def listener(self, event: EngineEvent) -> None:
@@ -166,5 +180,6 @@ class ExportState:
         return self._labels.get(name)
 
     def endpoints(self) -> list[tuple[EndpointLabels, EndpointSeries | None]]:
-        """Every endpoint seen, in a stable order, with its series (None before its first probe)."""
-        return [(labels, self._series.get(name)) for name, labels in sorted(self._labels.items())]
+        """Every endpoint whose labels are settled, in a stable order, with its series (None before its
+        first probe)."""
+        return [(labels, self._series.get(name)) for name, labels in sorted(self._labels.items()) if labels.ready]
