@@ -246,3 +246,23 @@ def test_exporter_command_reports_an_address_it_cannot_use(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "lpxtop", "exporter", "127.0.0.1:1", "--listen", "nowhere"],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "--listen" in bad.stderr
+
+
+def test_the_dashboard_serves_the_same_with_export():
+    """`lpxtop URL --export ADDR`: the dashboard's own engine, exported (the wiring, without a terminal)."""
+    from lpxtop.cli import _engine_for, _exporter_for, _load, build_parser
+
+    with start_sim_in_thread(SimConfig(model="sim-d", ttft_ms=5, itl_ms=1)) as sim:
+        args = build_parser().parse_args([sim.url, "--export", "127.0.0.1:0", "--interval", "0.25", "--no-discover"])
+        engine = _engine_for(args, _load(args))
+        exporter = _exporter_for(args, engine, {})
+        assert exporter is not None
+        try:
+            engine.start()
+            text = wait_for(lambda: (t := scrape(exporter).text) and "lpxtop_probe_ttft_seconds_count{" in t and t,
+                            timeout=15)
+            assert 'model="sim-d"' in text
+        finally:
+            exporter.stop()
+            engine.stop()
+    assert _exporter_for(build_parser().parse_args([]), engine, {}) is None
