@@ -145,7 +145,7 @@ def endpoint_views(reading: Reading, window: str) -> list[EndpointView]:
     views: list[EndpointView] = []
     for key, row in sorted(rows.items()):
         exporter_up = exporters.get(row.instance)
-        status = statuses.get(key) or "down"
+        status = statuses.get(key) or ("up" if up_now.get(key) == 1 else "down")
         last_error = None
         if exporter_up == 0:
             status = "down"
@@ -289,9 +289,9 @@ def _instance_value(reading: Reading, key: str, instance: str) -> float | None:
     return None
 
 
-def gpus(reading: Reading, rows: Mapping[str, str]) -> GpuSnapshot:
+def gpus(reading: Reading) -> GpuSnapshot:
     """GPUs of every host: lpxtop's own series, then dcgm-exporter's and nvitop-exporter's for GPUs
-    no lpxtop exporter reports (matched by UUID). `rows` maps "host/endpoint" keys for the processes."""
+    no lpxtop exporter reports (matched by UUID). Processes name their endpoint as host/endpoint."""
     devices: dict[tuple[str, str], dict] = {}
     for name, field_name in (("gpu_used", "used"), ("gpu_total", "total"), ("gpu_util", "util")):
         for s in reading.series(name):

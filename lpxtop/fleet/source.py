@@ -136,7 +136,7 @@ def build_snapshot(settings: FleetSettings, reading: Reading, *, started_at: flo
         paused=False,
         interval_s=settings.refresh_s,
         endpoints=tuple(views),
-        gpu=gpus(reading, {}),
+        gpu=gpus(reading),
         ports=ports(reading),
         alerts=alerts(reading, status),
         seq=seq,

@@ -146,6 +146,7 @@ def test_labels_stay_fixed_while_an_endpoint_flaps():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(400)
 def test_labels_stay_fixed_while_an_endpoint_flaps_for_minutes():
     flap(seconds=180.0, phase_s=2.0)
 

@@ -38,3 +38,14 @@ def test_ci_runs_the_readme_test_command_and_requires_prometheus():
     assert command in readme and f"\n{command}\n" in ci
     assert "export LPXTOP_REQUIRE_PROMETHEUS=1" in ci and "apt-get install" in ci
     assert "127.0.0.1 unless `--listen`" in readme  # /probe's risk, said where users read it
+
+
+def test_the_readme_scrape_config_passes_promtool(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```yaml\n(scrape_configs:.*?)```", readme, re.S)
+    assert len(blocks) == 1
+    config = tmp_path / "prometheus.yml"
+    config.write_text(blocks[0])
+    result = subprocess.run([binary("promtool"), "check", "config", str(config)], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -121,13 +121,13 @@ def test_gpus_from_lpxtop_dcgm_and_nvitop_without_doubles():
         nvitop_used_mib=[s(10, hostname="hostD", index="0", devicename="L4", uuid="GPU-d")],
         nvitop_total_mib=[s(20, hostname="hostD", index="0", devicename="L4", uuid="GPU-d")],
     )
-    snap = gpus(r, {})
+    snap = gpus(r)
     by_uuid = {d.uuid: d for d in snap.devices}
     assert set(by_uuid) == {"GPU-a", "GPU-c", "GPU-d"}
     assert by_uuid["GPU-a"].processes[0].endpoint == "hostA/e1" and by_uuid["GPU-a"].mem_used_pct == 50
     assert by_uuid["GPU-c"].mem_total_bytes == 4096 * 2**20 and by_uuid["GPU-c"].util_pct == 50
     assert by_uuid["GPU-c"].name == "hostC · A100" and by_uuid["GPU-d"].mem_used_pct == 50
-    assert gpus(reading(), {}).status.startswith("unavailable")
+    assert gpus(reading()).status.startswith("unavailable")
 
 
 def test_the_client_turns_every_bad_answer_into_one_line():
