@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import html
 import logging
+import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
@@ -72,8 +73,16 @@ class Exporter:
         server, thread = self._server, self._thread
         self._server = self._thread = None
         if server is not None:
-            with contextlib.suppress(Exception):
-                server.shutdown()  # returns within one poll interval
+            # shutdown() waits for the serving loop to notice, up to one poll interval: a connection of
+            # our own wakes the loop at once (repeated, in case it came before the loop saw the request)
+            stopper = threading.Thread(target=server.shutdown, daemon=True)
+            stopper.start()
+            for _ in range(int(TICK_S * 3 / 0.05)):
+                with contextlib.suppress(OSError), socket.create_connection(self._wake_address(server), timeout=0.2):
+                    pass
+                stopper.join(0.05)
+                if not stopper.is_alive():
+                    break
             server.server_close()
         if thread is not None:
             thread.join(TICK_S * 3)
@@ -85,6 +94,15 @@ class Exporter:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    @staticmethod
+    def _wake_address(server: ExporterHttpServer) -> tuple[str, int]:
+        host, port = server.server_address[:2]
+        if host in ("0.0.0.0", ""):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        return str(host), int(port)
 
     @property
     def address(self) -> tuple[str, int]:

@@ -32,7 +32,7 @@ IDENTITY = ("host", "endpoint", "model", "server_kind")
 
 @contextmanager
 def exported(url: str, **endpoint_kw) -> Iterator[tuple[Exporter, object]]:
-    config = endpoint(url, model=None, interval_s=0.25, metrics_interval_s=0.5, **endpoint_kw)
+    config = endpoint(url, model=None, interval_s=0.25, metrics_interval_s=0.3, **endpoint_kw)
     engine = build_engine([config], window_s=300)
     exporter = Exporter(engine, ExporterSettings(listen_port=0, host_label="test-host"))
     exporter.start()
