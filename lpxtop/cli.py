@@ -20,7 +20,10 @@ from lpxtop.config import ConfigError, FileConfig, apply_overrides, endpoints_fr
 
 # Subcommands whose code lives in a package of its own: module -> `build_parser(command)` and
 # `run(command, args) -> int`. The module is imported only when its subcommand is used.
-PACKAGE_SUBCOMMANDS: dict[str, str] = {}
+PACKAGE_SUBCOMMANDS: dict[str, str] = {
+    "exporter": "lpxtop.export.cli",
+    "fleet": "lpxtop.fleet.cli",
+}
 SUBCOMMANDS = ("demo", "once", "sim", *PACKAGE_SUBCOMMANDS)
 SWITCH_INTERVAL_S = 0.001
 
@@ -105,6 +108,9 @@ def _add_ui_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--refresh", type=_positive_float, metavar="SECONDS",
                    help="screen refresh period (default 2, as nvitop)")
     g.add_argument("--readonly", action="store_true", help="disable every process action (T/K)")
+    g.add_argument("--export", metavar="HOST:PORT",
+                   help="also serve /metrics and /probe for Prometheus there, as `lpxtop exporter` does "
+                   "(e.g. 127.0.0.1:9464)")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -115,7 +121,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             prog="lpxtop",
             description="top for LLM inference: live TTFT, inter-token latency, tokens/s and errors of "
             "OpenAI-compatible endpoints, with the server's own metrics, GPU memory and port health.\n\n"
-            "subcommands: demo (simulated servers), once (headless report), sim (simulated server); "
+            "subcommands: demo (simulated servers), once (headless report), sim (simulated server), "
+            "exporter (serve the measurements to Prometheus), fleet (many hosts, read back from Prometheus); "
             "`lpxtop SUBCOMMAND --help` for each.",
             epilog=EPILOG,
             formatter_class=fmt,
@@ -276,14 +283,34 @@ def _run_once(args: argparse.Namespace) -> int:
 def _run_dashboard(args: argparse.Namespace) -> int:
     file_config = _load(args)
     engine = _engine_for(args, file_config)
-    return _open_ui(engine, args, file_config.ui)
+    exporter = _exporter_for(args, engine, file_config.exporter)
+    try:
+        return _open_ui(engine, args, file_config.ui)
+    finally:
+        if exporter is not None:
+            exporter.stop()
 
 
 def _run_demo(args: argparse.Namespace) -> int:
     from lpxtop.demo import start_demo
 
     with start_demo(interval_s=args.interval, surge=args.surge, readonly=args.readonly) as engine:
-        return _open_ui(engine, args, {})
+        exporter = _exporter_for(args, engine, {})
+        try:
+            return _open_ui(engine, args, {})
+        finally:
+            if exporter is not None:
+                exporter.stop()
+
+
+def _exporter_for(args: argparse.Namespace, engine, table: dict):
+    """With --export ADDR: the exporter beside the dashboard's engine (before it starts, so it sees every probe)."""
+    if not getattr(args, "export", None):
+        return None
+    from lpxtop.export.cli import exporter_settings, start_exporter
+
+    args.host_label = args.no_probe_endpoint = args.probe_timeout = None
+    return start_exporter(engine, exporter_settings(args, table, getattr(args, "config", None), args.export))
 
 
 def _open_ui(engine, args: argparse.Namespace, ui_settings: dict) -> int:

@@ -40,7 +40,7 @@ ENDPOINT_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
     "metrics_interval": ("metrics_interval_s", (int, float)),
     "server_kind": ("server_kind", str),
 }
-TOP_LEVEL_TABLES = ("endpoint", "defaults", "alerts", "ui", "engine")
+TOP_LEVEL_TABLES = ("endpoint", "defaults", "alerts", "ui", "engine", "exporter")
 API_KINDS = ("chat", "completions")
 
 
@@ -52,6 +52,7 @@ class FileConfig:
     alerts: dict = field(default_factory=dict)
     ui: dict = field(default_factory=dict)
     engine: dict = field(default_factory=dict)
+    exporter: dict = field(default_factory=dict)  # read by lpxtop.export.settings
 
 
 def normalize_url(text: str) -> str:
@@ -146,7 +147,7 @@ def load_config_file(path: str | Path) -> FileConfig:
         values["name"] = name
         endpoints.append(EndpointConfig(**values))
     sections = {}
-    for table in ("alerts", "ui", "engine"):
+    for table in ("alerts", "ui", "engine", "exporter"):
         value = data.get(table, {})
         if not isinstance(value, dict):
             raise ConfigError(f"{locate(None, None, table)}: '{table}' must be a table ([{table}])")

@@ -27,6 +27,15 @@ class ServerPoint:
 
 
 @dataclass(frozen=True)
+class RangeSeries:
+    """One figure over time, read from a store rather than from samples (the fleet view's Prometheus
+    `query_range`): `key` names the figure ("ttft_p50_ms", "requests_waiting", ...)."""
+
+    key: str
+    points: tuple[tuple[float, float], ...]  # (wall time, value), oldest first
+
+
+@dataclass(frozen=True)
 class EndpointView:
     """Everything known about one endpoint at snapshot time, already summarized over the window."""
 
@@ -51,16 +60,26 @@ class EndpointView:
     server: ServerMetrics | None = None
     server_history: tuple[ServerPoint, ...] = ()
     in_flight: bool = False
+    # Set by sources that span hosts or hold no samples (the fleet view reads Prometheus):
+    host: str | None = None  # the host the endpoint's lpxtop (or server) runs on
+    window_error_rate: float | None = None  # failed share over the window, when `samples` is empty
+    gpu_mem_bytes: float | None = None  # GPU memory held by the processes serving this endpoint
+    ranges: tuple[RangeSeries, ...] = ()  # charts' data when there are no samples
 
     @property
     def name(self) -> str:
         return self.config.name
 
     @property
+    def key(self) -> str:
+        """What tells rows apart: the name, prefixed with the host when views span hosts."""
+        return self.name if self.host is None else f"{self.host}/{self.name}"
+
+    @property
     def error_rate(self) -> float | None:
         """Failed share of the probes in the window."""
         if not self.samples:
-            return None
+            return self.window_error_rate
         return sum(1 for s in self.samples if not s.ok) / len(self.samples)
 
     @property
@@ -71,7 +90,7 @@ class EndpointView:
         def p(x: Percentiles | None) -> dict | None:
             return x.to_json() if x is not None else None
 
-        return {
+        data = {
             "name": self.config.name,
             "url": self.config.url,
             "model": self.model,
@@ -91,6 +110,10 @@ class EndpointView:
             "server": self.server.to_json() if self.server is not None else None,
             "last_error": self.last_error,
         }
+        if self.host is not None:
+            data["host"] = self.host
+            data["gpu_mem_bytes"] = self.gpu_mem_bytes
+        return data
 
 
 @dataclass(frozen=True)

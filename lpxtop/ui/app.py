@@ -201,19 +201,33 @@ class LpxtopApp(App):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(demo=self.is_demo))
 
+    def _refused(self, action: str) -> bool:
+        """True (and says why) when the source does not do `action` (the fleet view has no probing to steer)."""
+        refusal = getattr(self.source, "refusal", None)
+        reason = refusal(action) if callable(refusal) else None
+        if reason:
+            self.notify(reason, severity="warning", timeout=5)
+        return bool(reason)
+
     def action_pause(self) -> None:
+        if self._refused("pause"):
+            return
         self.paused = not self.paused
         self.source.set_paused(self.paused)
         self.notify("probing paused (p resumes)" if self.paused else "probing resumed", timeout=2)
         self._rerender_screen()
 
     def action_reset(self) -> None:
+        if self._refused("reset"):
+            return
         self.source.reset()
         self.notify("statistics reset", timeout=2)
         if self.poll_enabled:
             self.set_timer(POLL_AFTER_COMMAND_S, self.poll, name="poll-after-reset")
 
     def action_interval(self, direction: int) -> None:
+        if self._refused("interval"):
+            return
         factor = INTERVAL_STEP if direction > 0 else 1 / INTERVAL_STEP
         new = round(min(INTERVAL_MAX_S, max(INTERVAL_MIN_S, self.interval_s * factor)), 3)
         if new == self.interval_s:

@@ -30,7 +30,7 @@ def render_summary(view: EndpointView | None, name: str, now: float, palette: Pa
         return Text(f"{name}: this endpoint is no longer in the snapshot (removed or renamed). Esc goes back.",
                     style=palette.warning)
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append(f"{STATUS_SYMBOLS.get(view.status, '?')} {view.name} {view.status}", style=palette.status(view.status))
+    text.append(f"{STATUS_SYMBOLS.get(view.status, '?')} {view.key} {view.status}", style=palette.status(view.status))
     text.append(f"  {view.config.url}  ")
     text.append(view.model or "model unknown", style="bold" if view.model else palette.muted)
     text.append(f"  {view.server_kind}", style=palette.muted)
@@ -121,7 +121,7 @@ class DetailScreen(Screen):
         if snap is None:
             return
         palette = self.app.palette  # type: ignore[attr-defined]
-        view = next((v for v in snap.endpoints if v.name == self.endpoint_name), None)
+        view = next((v for v in snap.endpoints if v.key == self.endpoint_name), None)
         self.query_one("#detail-summary", Static).update(render_summary(view, self.endpoint_name, snap.wall_time, palette))
         if view is None:
             return
@@ -160,7 +160,12 @@ class DetailScreen(Screen):
                 str(sample.http_status) if sample.http_status is not None else "--",
                 truncate(sample.error_message or "", 200),
             )
-        if not errors:
+        if not errors and view.errors and not view.samples:
+            # a source that keeps counts by class, not probes (the fleet view reads Prometheus)
+            for kind, count in sorted(view.errors.items(), key=lambda kv: -kv[1]):
+                table.add_row("window", Text(kind, style=palette.critical), "--",
+                              f"{count} in the window (per-probe messages are in that host's lpxtop)")
+        elif not errors:
             table.add_row("", Text("no errors in the window", style=palette.muted), "", "")
 
     def action_back(self) -> None:

@@ -78,6 +78,10 @@ class MainScreen(Screen):
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
+        default_sort = getattr(getattr(self.app, "source", None), "default_sort", None)  # the fleet: worst first
+        keys = [k for k, _ in SORT_KEYS]
+        if default_sort in keys:
+            self.sort_index = keys.index(default_sort)
         self.query_one("#endpoints-panel").border_title = "Endpoints"
         self.query_one("#gpu-panel").border_title = "GPU"
         self.query_one("#host-panel").border_title = "Host"
@@ -167,7 +171,8 @@ class MainScreen(Screen):
         table = self.query_one(EndpointsTable)
         views = self.visible_views()
         message = self.query_one("#empty-message", Static)
-        text = EMPTY_MESSAGE if not snap.endpoints else f"No endpoint matches the filter {self.filter_text!r}: Esc clears it."
+        empty = getattr(getattr(self.app, "source", None), "empty_message", None) or EMPTY_MESSAGE
+        text = empty if not snap.endpoints else f"No endpoint matches the filter {self.filter_text!r}: Esc clears it."
         if not views and text != self._message:  # an update lays the screen out again: only on a change
             self._message = text
             message.update(text)
@@ -177,7 +182,7 @@ class MainScreen(Screen):
         strip = self.query_one(EndpointStrip)
         strip.display = bool(views)
         selected = table.selected_name
-        view = next((v for v in views if v.name == selected), views[0] if views else None)
+        view = next((v for v in views if v.key == selected), views[0] if views else None)
         strip.show(view, snap.wall_time, palette, force=force)
         panel = self.query_one("#endpoints-panel")
         title = f"Endpoints {len(views)}/{len(snap.endpoints)} · sort: {SORT_KEYS[self.sort_index][1]}"
@@ -190,7 +195,7 @@ class MainScreen(Screen):
         if event.table.id == "endpoints" and self._snap is not None:
             table = self.query_one(EndpointsTable)
             selected = table.selected_name
-            view = next((v for v in self._snap.endpoints if v.name == selected), None)
+            view = next((v for v in self._snap.endpoints if v.key == selected), None)
             self.query_one(EndpointStrip).show(view, self._snap.wall_time, self.app.palette)  # type: ignore[attr-defined]
 
     def on_row_table_row_selected(self, event: RowTable.RowSelected) -> None:
@@ -252,6 +257,11 @@ class MainScreen(Screen):
     def action_signal(self, name: str) -> None:
         """T / K: confirm, then signal the process selected in the ports panel."""
         sig = signal_module.SIGTERM if name == "TERM" else signal_module.SIGKILL
+        refusal = getattr(getattr(self.app, "source", None), "refusal", None)
+        reason = refusal("signal") if callable(refusal) else None
+        if reason:  # a source whose processes are not on this machine (the fleet view)
+            self.notify(reason, title=f"SIG{name}", severity="warning")
+            return
         ports = self.query_one(PortsPanel)
         row = ports.selected if ports.display else None
         if row is None or row.pid is None:

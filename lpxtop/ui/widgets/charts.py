@@ -231,8 +231,39 @@ def kv_chart(view: EndpointView, now: float) -> ChartSpec:
     )
 
 
+def _range(view: EndpointView, key: str, now: float, color: int, label: str, scale: float = 1.0) -> Series:
+    points = next((r.points for r in view.ranges if r.key == key), ())
+    return Series(label, _rel_times([t for t, _ in points], now), tuple(v * scale for _, v in points), color)
+
+
+def range_charts(view: EndpointView, now: float) -> dict[str, ChartSpec]:
+    """The same six charts from a store's time series (the fleet view's Prometheus query_range): each
+    point is a histogram_quantile over the chart's rate window, not a single probe."""
+    x = "seconds before now"
+    return {
+        "chart-ttft": ChartSpec("TTFT ms (Prometheus, histogram_quantile)",
+                                (_range(view, "ttft_p50_ms", now, 2, "p50"), _range(view, "ttft_p99_ms", now, 4, "p99")),
+                                x_label=x),
+        "chart-e2e": ChartSpec("E2E ms (Prometheus, histogram_quantile)",
+                               (_range(view, "e2e_p50_ms", now, 1, "p50"), _range(view, "e2e_p99_ms", now, 4, "p99")),
+                               x_label=x),
+        "chart-itl": ChartSpec("ITL ms (Prometheus, histogram_quantile)",
+                               (_range(view, "itl_p50_ms", now, 0, "p50"), _range(view, "itl_p99_ms", now, 4, "p99")),
+                               x_label=x, empty_message="no inter-token gaps in Prometheus yet"),
+        "chart-tokens": ChartSpec("decode tokens/s (1 / TPOT p50)", (_range(view, "decode_tokens_per_s", now, 2,
+                                                                            "tokens/s"),), y_min=0.0, x_label=x),
+        "chart-queue": ChartSpec("server queue", (_range(view, "requests_waiting", now, 3, "waiting"),
+                                                  _range(view, "requests_running", now, 0, "running")),
+                                 y_min=0.0, x_label=x, empty_message="the server exposes no queue metrics"),
+        "chart-kv": ChartSpec("KV cache used %", (_range(view, "kv_cache_usage", now, 1, "KV %", 100.0),),
+                              y_min=0.0, y_max=100.0, x_label=x, empty_message="the server exposes no KV-cache metric"),
+    }
+
+
 def endpoint_charts(view: EndpointView, now: float) -> dict[str, ChartSpec]:
     """Every detail-screen chart for one endpoint, by widget id."""
+    if not view.samples and getattr(view, "ranges", ()):
+        return range_charts(view, now)
     return {
         "chart-ttft": ttft_chart(view, now),
         "chart-e2e": e2e_chart(view, now),

@@ -10,6 +10,7 @@ from textual.binding import Binding
 from lpxtop.model.snapshot import EndpointView
 from lpxtop.ui.formatting import (
     UNKNOWN,
+    fmt_bytes,
     fmt_count,
     fmt_ms,
     fmt_pct,
@@ -128,18 +129,39 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 
-def columns_for_width(width: int) -> tuple[Column, ...]:
+# Only when the snapshot spans hosts (the fleet view) or knows each endpoint's GPU memory: the live
+# dashboard's columns stay as they are.
+HOST_COLUMN = Column("host", "Host", 12, 1, lambda v, t: Cell(v.host or UNKNOWN, "ok" if v.host else "unknown", False))
+GPU_MEM_COLUMN = Column("gpu_mem", "GPU mem", 7, 3, lambda v, t: Cell(fmt_bytes(v.gpu_mem_bytes),
+                                                                           "ok" if v.gpu_mem_bytes is not None else "unknown"))
+
+
+def columns_for(views: Sequence[EndpointView]) -> tuple[Column, ...]:
+    """COLUMNS, with the host column after the status when views span hosts, and GPU memory after KV."""
+    if not any(getattr(v, "host", None) for v in views):
+        return COLUMNS
+    out: list[Column] = []
+    for c in COLUMNS:
+        out.append(c)
+        if c.key == "status":
+            out.append(HOST_COLUMN)
+        elif c.key == "kv":
+            out.append(GPU_MEM_COLUMN)
+    return tuple(out)
+
+
+def columns_for_width(width: int, columns: tuple[Column, ...] = COLUMNS) -> tuple[Column, ...]:
     """The columns that fit in `width` cells, most important first, kept in display order."""
     chosen: set[str] = set()
     used = 0
-    for priority in sorted({c.priority for c in COLUMNS}):
-        group = [c for c in COLUMNS if c.priority == priority]
+    for priority in sorted({c.priority for c in columns}):
+        group = [c for c in columns if c.priority == priority]
         need = sum(c.width + COLUMN_PADDING for c in group)
         if priority > 1 and used + need > width:
             break
         chosen.update(c.key for c in group)
         used += need
-    return tuple(c for c in COLUMNS if c.key in chosen)
+    return tuple(c for c in columns if c.key in chosen)
 
 
 SORT_KEYS: tuple[tuple[str, str], ...] = (
@@ -149,6 +171,7 @@ SORT_KEYS: tuple[tuple[str, str], ...] = (
     ("errors", "error %"),
     ("queue", "queue"),
     ("tps", "tok/s"),
+    ("worst", "worst first"),
 )
 
 
@@ -171,7 +194,11 @@ def sort_views(views: Sequence[EndpointView], key: str) -> list[EndpointView]:
         if key == "tps":
             p50 = _p(v.output_tokens_per_s, "p50")
             return (p50 if p50 is not None else big, v.name)
-        return (v.name,)
+        if key == "worst":  # down, then degraded; then the most errors; then the slowest TTFT p99
+            e = error_pct(v)
+            p99 = _p(v.ttft_ms, "p99")
+            return (STATUS_RANK.get(v.status, 9), -(e or 0.0), -(p99 if p99 is not None else -big), v.key)
+        return (v.name, v.key)
 
     return sorted(views, key=keyfunc)
 
@@ -184,7 +211,7 @@ def filter_views(views: Sequence[EndpointView], text: str) -> list[EndpointView]
     return [
         v
         for v in views
-        if any(needle in (s or "").lower() for s in (v.name, v.model, v.config.url, v.server_kind))
+        if any(needle in (s or "").lower() for s in (v.name, v.model, v.config.url, v.server_kind, v.host))
     ]
 
 
@@ -195,21 +222,22 @@ class EndpointsTable(RowTable):
 
     @property
     def selected_name(self) -> str | None:
-        """The endpoint under the cursor, if any."""
+        """The endpoint under the cursor, if any (its `EndpointView.key`: the name, or host/name)."""
         return self.cursor_key
 
     @property
     def row_names(self) -> list[str]:
-        """Endpoint names in display order (after filter and sort)."""
+        """Endpoint keys in display order (after filter and sort)."""
         return self.row_keys
 
     def show(self, views: Sequence[EndpointView], thresholds: Thresholds, palette: Palette) -> None:
         """Display `views` (already filtered and sorted)."""
         seen: set[str] = set()
-        # Rows are keyed by name: a duplicate name (a config mistake) would make two rows one; show the first.
-        views = [v for v in views if not (v.name in seen or seen.add(v.name))]
+        # Rows are keyed by name (host/name across hosts): a duplicate (a config mistake) would make two rows
+        # one; show the first.
+        views = [v for v in views if not (v.key in seen or seen.add(v.key))]
         width = max(0, self.size.width or self.app.size.width) - 2  # room for a scrollbar
-        columns = columns_for_width(width)
+        columns = columns_for_width(width, columns_for(views))
         # The width left over goes to the last error, or to the name when the error is not shown.
         flexible = [c for c in columns if c.flexible] or [c for c in columns if c.key == "name"]
         fixed = sum(c.width + COLUMN_PADDING for c in columns)
@@ -222,5 +250,5 @@ class EndpointsTable(RowTable):
             for c in columns:
                 cell = c.cell(v, thresholds)
                 cells.append(TableCell(cell.text, palette.for_level(cell.level) if cell.level != "ok" else None, cell.right))
-            rows.append((v.name, cells))
+            rows.append((v.key, cells))
         self.set_table(table_columns, rows)

@@ -1,0 +1,114 @@
+"""Every family the exporter serves that is read off an endpoint's view: a new figure is one line here.
+
+Names follow Prometheus' conventions: `lpxtop_` first, base units (seconds, bytes, ratios 0..1),
+`_total` for counters. Each per-endpoint family has the labels `host`, `endpoint`, `model`,
+`server_kind` (state.ENDPOINT_LABELS), and never one per request or per error message.
+
+A value of None leaves the series out for that scrape (the server does not expose the figure, or
+it is not known yet): absent, never a made-up 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from lpxtop.model.snapshot import EndpointView
+
+
+@dataclass(frozen=True)
+class EndpointFigure:
+    """One per-endpoint gauge or counter read from the snapshot's `EndpointView`."""
+
+    name: str
+    help: str
+    value: Callable[[EndpointView], float | None]
+    counter: bool = False  # a counter the server keeps (it may reset when the server restarts)
+
+
+def _server(attr: str) -> Callable[[EndpointView], float | None]:
+    def value(view: EndpointView) -> float | None:
+        server = view.server
+        if server is None or not server.ok:
+            return None
+        x = getattr(server, attr, None)
+        return None if x is None else float(x)
+
+    return value
+
+
+def _server_latency(attr: str, field: str) -> Callable[[EndpointView], float | None]:
+    def value(view: EndpointView) -> float | None:
+        server = view.server
+        latency = getattr(server, attr, None) if server is not None and server.ok else None
+        x = getattr(latency, field, None) if latency is not None else None
+        return None if x is None else x / 1000.0
+
+    return value
+
+
+def ttft_gap_seconds(view: EndpointView) -> float | None:
+    """Client TTFT p50 minus the server's own TTFT p50, both over the window (the dashboard's Gap column)."""
+    server = view.server
+    latency = server.server_ttft_ms if server is not None and server.ok else None
+    if view.ttft_ms is None or latency is None or latency.p50 is None:
+        return None
+    return (view.ttft_ms.p50 - latency.p50) / 1000.0
+
+
+def _up(view: EndpointView) -> float:
+    return 1.0 if view.status in ("up", "degraded") else 0.0
+
+
+def _scrape_ok(view: EndpointView) -> float | None:
+    return None if view.server is None else float(view.server.ok)
+
+
+ENDPOINT_FIGURES: tuple[EndpointFigure, ...] = (
+    EndpointFigure("lpxtop_endpoint_up", "1 while the endpoint answers probes (status up or degraded), "
+                   "0 when down or before its first probe finished.", _up),
+    EndpointFigure("lpxtop_probe_window_error_ratio", "Failed share of the probes in lpxtop's rolling window "
+                   "(the dashboard's Err%).", lambda v: v.error_rate),
+    EndpointFigure("lpxtop_ttft_gap_seconds", "Client TTFT p50 minus the server's own TTFT p50 over the window: "
+                   "time spent outside the engine (network, HTTP server, queueing in front of the engine).",
+                   ttft_gap_seconds),
+    EndpointFigure("lpxtop_server_metrics_up", "1 when the last scrape of the server's own metrics "
+                   "(/metrics, or Ollama's /api/ps) worked.", _scrape_ok),
+    EndpointFigure("lpxtop_server_requests_waiting", "Requests waiting in the server's queue, as lpxtop "
+                   "normalized it (vLLM num_requests_waiting, SGLang num_queue_reqs, TGI queue_size, ...).",
+                   _server("requests_waiting")),
+    EndpointFigure("lpxtop_server_requests_running", "Requests the server is running now (vLLM "
+                   "num_requests_running, SGLang num_running_reqs, TGI batch_current_size, ...).",
+                   _server("requests_running")),
+    EndpointFigure("lpxtop_server_kv_cache_usage_ratio", "KV cache in use, 0..1, as the server reports it.",
+                   _server("kv_cache_usage")),
+    EndpointFigure("lpxtop_server_prompt_tokens_per_second", "Prompt tokens the server processed per second "
+                   "(its counter's rate between lpxtop's last two scrapes).", _server("prompt_tokens_per_s")),
+    EndpointFigure("lpxtop_server_generation_tokens_per_second", "Tokens the server generated per second "
+                   "(its counter's rate between lpxtop's last two scrapes).", _server("generation_tokens_per_s")),
+    EndpointFigure("lpxtop_server_ttft_p50_seconds", "The server's own TTFT median over the window, from its "
+                   "histogram's buckets (within one bucket of the true value).", _server_latency("server_ttft_ms", "p50")),
+    EndpointFigure("lpxtop_server_ttft_p99_seconds", "The server's own TTFT p99 over the window, from its "
+                   "histogram's buckets.", _server_latency("server_ttft_ms", "p99")),
+    EndpointFigure("lpxtop_server_preemptions", "Preemptions the server counted (its own counter: it resets "
+                   "when the server restarts).", _server("preemptions_total"), counter=True),
+)
+
+# The window's percentiles as the dashboard shows them (exact, linear interpolation over lpxtop's
+# rolling window): for one endpoint's panel. Across endpoints use the histograms instead.
+# The label is `percentile` (p50, p95, p99): `quantile` belongs to summaries, and these are gauges.
+WINDOW_PERCENTILES: tuple[str, ...] = ("p50", "p95", "p99")
+WINDOW_MEASURES: tuple[tuple[str, str, str], ...] = (
+    ("ttft", "ttft_ms", "time to first token"),
+    ("itl", "itl_ms", "inter-token latency"),
+    ("tpot", "tpot_ms", "time per output token"),
+    ("e2e", "e2e_ms", "end-to-end latency"),
+)
+
+HISTOGRAM_HELP = {
+    "ttft": "Time to first token of lpxtop's probes: the first event carrying a token minus the moment "
+            "the request was sent (as vllm bench serve).",
+    "itl": "Gaps between consecutive token-bearing events of lpxtop's probes, every gap pooled.",
+    "tpot": "Time per output token of each probe: (E2E - TTFT) / (output tokens - 1).",
+    "e2e": "End-to-end latency of lpxtop's probes: the last token-bearing event minus the send.",
+}
