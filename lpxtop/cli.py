@@ -352,7 +352,7 @@ def _start_recording(engine, args: argparse.Namespace, table: dict, endpoints):
 
     recorder = Recorder.start_for(engine, settings.target(), endpoints=endpoints, retention=settings.retention,
                                   clean_dir=settings.cleans_directory)
-    engine.recording = recorder  # the UI finds it there: `b` bookmarks, the header shows REC
+    engine.recorder = recorder  # the UI finds it there: `b` bookmarks, the header shows REC
     return recorder
 
 

@@ -157,8 +157,12 @@ def _alert_rows(event: AlertsEvent, active: dict) -> Iterator[dict]:
 
 def _mark_row(mark: Mark) -> dict:
     if mark.kind == "load_step":
-        return {"type": "load_step", "time": mark.t, **mark.payload}
-    return {"type": "mark", "kind": mark.kind, "time": mark.t, **mark.payload}
+        return {"type": "load_step", "time": mark.t, **_except(mark.payload, "type", "time")}
+    return {"type": "mark", "kind": mark.kind, "time": mark.t, **_except(mark.payload, "type", "kind", "time")}
+
+
+def _except(payload: dict, *keys: str) -> dict:
+    return {k: v for k, v in payload.items() if k not in keys}
 
 
 def _plain(value: Any) -> Any:

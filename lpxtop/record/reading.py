@@ -111,14 +111,14 @@ class Recording:
         damage = self.store.damage
         if not damage.any:
             return None
-        text = damage.problems[0]
+        text = "; ".join(damage.problems[:2])
         if damage.lost_chunks:
             span = ""
             if damage.lost_from is not None and damage.lost_to is not None:
                 span = f" ({format_moment(damage.lost_from)}–{format_moment(damage.lost_to)})"
             text = f"{damage.lost_chunks} damaged chunk(s) skipped{span}; {text}"
-        if len(damage.problems) > 1:
-            text += f" (+{len(damage.problems) - 1} more)"
+        if len(damage.problems) > 2:
+            text += f" (+{len(damage.problems) - 2} more)"
         return text
 
     def close(self) -> None:

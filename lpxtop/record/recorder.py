@@ -398,7 +398,7 @@ class Recorder:
         for key, alert in current.items():
             if key in self._alerts_seen:
                 continue
-            payload = {"severity": alert.severity, "kind": alert.kind, "subject": alert.subject,
+            payload = {"severity": alert.severity, "alert": alert.kind, "subject": alert.subject,
                        "message": textsafe.redact(alert.message)}
             marks.append((event.wall_time, "alert", payload))
             if alert.severity == "critical":

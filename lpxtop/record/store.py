@@ -107,6 +107,12 @@ def is_recording(path: str | Path) -> bool:
             and int.from_bytes(header[68:72], "big") == APPLICATION_ID)
 
 
+def _clock(t: float) -> str:
+    import time
+
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
 def _sqlite_problem(exc: BaseException) -> str:
     text = str(exc)
     if "full" in text:
@@ -322,17 +328,7 @@ class StoreReader:
         if not is_recording(self.path):
             raise RecordingError(f"{self.path} is not an lpxtop recording (no SQLite header with lpxtop's id)")
         self.damage = Damage()
-        try:
-            # Read-write when allowed: SQLite then replays the WAL a killed writer left behind.
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA query_only = ON")
-            self.version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
-        except sqlite3.Error:
-            try:
-                self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
-                self.version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
-            except sqlite3.Error as exc:
-                raise RecordingError(f"{self.path}: cannot open the recording: {exc}") from None
+        self._db, self.version = self._open()
         if self.version > FORMAT_VERSION:
             raise RecordingError(
                 f"{self.path} was written by a newer lpxtop (recording format {self.version}; this lpxtop reads "
@@ -342,6 +338,33 @@ class StoreReader:
             raise RecordingError(f"{self.path}: recording format {self.version} is too old for this lpxtop")
         self.meta = self._read_meta()
         self.layouts = self._read_layouts()
+
+    def _open(self) -> tuple[sqlite3.Connection, int]:
+        problem: BaseException | None = None
+        # Read-write when allowed (SQLite then replays the WAL a killed writer left behind), else read-only.
+        for target, uri in ((str(self.path), False), (f"file:{self.path}?mode=ro", True)):
+            try:
+                db = sqlite3.connect(target, uri=uri, isolation_level=None, check_same_thread=False)
+            except sqlite3.Error as exc:
+                problem = exc
+                continue
+            try:
+                db.execute("PRAGMA query_only = ON")
+                return db, int(db.execute("PRAGMA user_version").fetchone()[0])
+            except sqlite3.DatabaseError as exc:
+                problem = exc
+            try:
+                # A file cut short (copied while written, a full disk): SQLite refuses it as a whole unless
+                # told to trust the pages that are there. Safe here: this connection never writes.
+                db.execute("PRAGMA writable_schema = ON")
+                version = int(db.execute("PRAGMA user_version").fetchone()[0])
+                self.damage.note("the file is shorter than SQLite's header says (truncated): what is missing "
+                                 "is skipped")
+                return db, version
+            except sqlite3.DatabaseError as exc:
+                problem = exc
+                db.close()
+        raise RecordingError(f"{self.path}: cannot open the recording: {problem}")
 
     def _read_meta(self) -> dict[str, Any]:
         meta: dict[str, Any] = {}
@@ -416,8 +439,11 @@ class StoreReader:
         yield from self._salvage(last_id + 1, after_seq, t_from, t_to)
 
     def _salvage(self, start_id: int, after_seq: int | None, t_from: float | None, t_to: float | None) -> Iterator[ChunkRow]:
+        """Row by row, after the table itself failed: unreadable rows are counted, the readable ones kept."""
         misses = 0
         chunk_id = start_id
+        failed: list[int] = []
+        last_ok: tuple[int, float] | None = None  # id and end time of the last readable row
         while misses < SALVAGE_GAP:
             try:
                 row = self._db.execute(
@@ -425,12 +451,13 @@ class StoreReader:
                 ).fetchone()
             except sqlite3.DatabaseError:
                 row = None
-                self.damage.note("some chunks are unreadable (the file is damaged or truncated)", chunk_id)
+                failed.append(chunk_id)
             chunk_id += 1
             if row is None:
                 misses += 1
                 continue
             misses = 0
+            last_ok = (row[0], row[4])
             if after_seq is not None and row[2] <= after_seq:
                 continue
             if (t_from is not None and row[4] < t_from) or (t_to is not None and row[3] > t_to):
@@ -438,6 +465,12 @@ class StoreReader:
             chunk = self._decode_chunk(row)
             if chunk is not None:
                 yield chunk
+        for lost in failed:
+            if last_ok is not None and lost < last_ok[0]:
+                self.damage.note("some chunks are unreadable (the file is damaged)", lost)
+        if failed and (last_ok is None or failed[-1] > last_ok[0]):
+            after = f" after {_clock(last_ok[1])}" if last_ok is not None else ""
+            self.damage.note(f"nothing{after} could be read: the rest of the file is damaged or missing")
 
     def _decode_chunk(self, row: tuple) -> ChunkRow | None:
         chunk_id, seq_first, seq_last, t_first, t_last, codec, data = row
