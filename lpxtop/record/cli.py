@@ -136,7 +136,7 @@ def _replay_parser() -> argparse.ArgumentParser:
         "j jump to a time, < > start/end. --compare B shows two recordings side by side.",
         formatter_class=FMT,
     )
-    parser.add_argument("file", metavar="FILE", help="a recording (lpxtop --record, lpxtop record, once --record)")
+    parser.add_argument("file", metavar="FILE", help="a recording (written by `lpxtop --record`, `lpxtop record` or `lpxtop once --record`)")
     parser.add_argument("--at", metavar="TIME", help=f"start paused at TIME: {HELP}")
     parser.add_argument("--speed", type=float, default=1.0, metavar="X", help="playback speed (default 1)")
     parser.add_argument("--compare", metavar="B", help="compare FILE (A) with recording B: each endpoint's "

@@ -138,12 +138,12 @@ class Change:
     @property
     def verdict(self) -> str:
         """"better", "worse" or "same" (within 1 %), from B's point of view."""
-        rel = self.relative
-        if rel is None:
-            return "same" if self.delta == 0 else "--"
-        if abs(rel) < 0.01:
+        delta, rel = self.delta, self.relative
+        if delta is None:
+            return "--"
+        if delta == 0 or (rel is not None and abs(rel) < 0.01):
             return "same"
-        return "better" if (rel < 0) == self.lower_is_better else "worse"
+        return "better" if (delta < 0) == self.lower_is_better else "worse"
 
     def to_json(self) -> dict:
         return {"measure": self.measure, "unit": self.unit, "a": self.a, "b": self.b, "change": self.delta,

@@ -116,3 +116,32 @@ def test_the_timeline_plays_steps_and_jumps_to_marks(recorded, tmp_path):
         timeline.seek_text("yesterday")
     assert timeline.next_mark(1) is None  # this run made no alert, restart or bookmark
     source.close()
+
+
+def screen_lines(app) -> list[str]:
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+async def test_the_replayed_dashboard_shows_what_the_live_one_showed_at_the_last_moment(recorded):
+    """Pilot: the live dashboard on the engine's last snapshot, and the replay at that moment, side by side."""
+    from lpxtop.engine.source import FixedSource
+    from lpxtop.ui.app import create_app
+
+    path, published = recorded
+    last = published[-1]
+    live = create_app(FixedSource(last), poll=False, ssh=False)
+    source = ReplaySource(path, playing=False)
+    source.timeline.seek(last.wall_time)
+    replay = create_app(source, poll=False, ssh=False)
+    async with live.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        live_lines = screen_lines(live)
+    async with replay.run_test(size=(120, 42)) as pilot:  # two more rows: the time bar
+        await pilot.pause()
+        replay_lines = screen_lines(replay)
+    source.close()
+    # Everything between the header and the footer: endpoints, strip, GPU, host, ports panels.
+    assert replay_lines[1:39] == live_lines[1:39]
+    assert "REPLAY" in replay_lines[0] and "REPLAY" not in live_lines[0]
+    assert any(name in "\n".join(live_lines) for name in ("sim-0", "sim-1"))
+    assert "⏸" in replay_lines[39] and "REPLAY run.lpxrec" in replay_lines[39]

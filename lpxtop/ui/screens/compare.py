@@ -7,6 +7,8 @@ point of view.
 
 from __future__ import annotations
 
+from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -18,35 +20,41 @@ from lpxtop.record.compare import Comparison, fmt_change, fmt_value
 from lpxtop.ui.palette import Palette
 
 
-def render_comparison_text(comparison: Comparison, palette: Palette) -> Text:
-    text = Text()
-    text.append("A  ", style="bold")
-    text.append(comparison.a.label + "\n")
-    text.append("B  ", style="bold")
-    text.append(comparison.b.label + "\n")
+def render_comparison(comparison: Comparison, palette: Palette) -> Group:
+    """The two recordings' names, then one table per endpoint: measure, A, B, change, verdict."""
+    parts: list = []
+    title = Text()
+    title.append("A  ", style="bold")
+    title.append(comparison.a.label + "\n")
+    title.append("B  ", style="bold")
+    title.append(comparison.b.label)
     for summary, tag in ((comparison.a, "A"), (comparison.b, "B")):
         if summary.damage:
-            text.append(f"{tag} is damaged: {summary.damage}\n", style=palette.warning)
+            title.append(f"\n{tag} is damaged: {summary.damage}", style=palette.warning)
+    parts.append(title)
     if not comparison.endpoints:
-        text.append("\nNeither recording holds a probe.", style=palette.muted)
+        parts.append(Text("\nNeither recording holds a probe.", style=palette.muted))
     for endpoint in comparison.endpoints:
-        text.append("\n")
-        text.append(endpoint.label, style="bold")
-        text.append(f"   probes A {endpoint.a_probes}, B {endpoint.b_probes}\n", style=palette.muted)
-        text.append(f"  {'':<28}{'A':>10}{'B':>10}   change\n", style=palette.muted)
+        table = Table(box=None, padding=(0, 2, 0, 0), show_edge=False, header_style=palette.muted,
+                      title=f"{endpoint.label}  (probes: A {endpoint.a_probes}, B {endpoint.b_probes})",
+                      title_justify="left", title_style="bold")
+        table.add_column("measure", no_wrap=True)  # a header here: Textual trims a line's leading spaces
+        table.add_column("unit", style=palette.muted, no_wrap=True)
+        table.add_column("A", justify="right", no_wrap=True)
+        table.add_column("B", justify="right", no_wrap=True)
+        table.add_column("change", justify="right", no_wrap=True)
+        table.add_column("", no_wrap=True)
         for change in endpoint.changes:
             if change.a is None and change.b is None:
                 continue
-            unit = f" {change.unit}" if change.unit and change.unit != "%" else ("%" if change.unit == "%" else "")
-            text.append(f"  {change.measure + unit:<28}{fmt_value(change.a, change.unit):>10}"
-                        f"{fmt_value(change.b, change.unit):>10}   ")
             verdict = change.verdict
             style = palette.ok if verdict == "better" else palette.critical if verdict == "worse" else palette.muted
-            text.append(f"{fmt_change(change):<20}", style=style)
-            if verdict in ("better", "worse"):
-                text.append(verdict, style=style)
-            text.append("\n")
-    return text
+            table.add_row(change.measure, change.unit, fmt_value(change.a, change.unit), fmt_value(change.b, change.unit),
+                          Text(fmt_change(change), style=style),
+                          Text(verdict if verdict in ("better", "worse") else "", style=style))
+        parts.append(Text(""))
+        parts.append(table)
+    return Group(*parts)
 
 
 class CompareScreen(Screen):
@@ -69,7 +77,7 @@ class CompareScreen(Screen):
 
     def rerender(self, force: bool = False) -> None:
         palette = self.app.palette  # type: ignore[attr-defined]
-        self.query_one("#compare-body", Static).update(render_comparison_text(self.comparison, palette))
+        self.query_one("#compare-body", Static).update(render_comparison(self.comparison, palette))
 
     def action_back(self) -> None:
         self.app.pop_screen()
