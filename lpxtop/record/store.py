@@ -41,6 +41,8 @@ APPLICATION_ID = 0x6C707872  # "lpxr"
 # Consecutive missing or unreadable rows after which the row-by-row salvage stops looking.
 SALVAGE_GAP = 20_000
 ZLIB_LEVEL = 6
+WAL_CHECKPOINT_PAGES = 256
+WAL_SIZE_LIMIT = 2_000_000
 COMPACT_LEVEL = 9
 
 SCHEMA = """
@@ -146,6 +148,10 @@ class StoreWriter:
             # WAL + NORMAL: a commit survives the process being killed (not a power cut: then the last
             # second or so may go), and commits do not wait for the disk.
             db.execute("PRAGMA synchronous = NORMAL")
+            # Each commit appends its pages (~4 a second) to the log: fold them into the file about once a
+            # minute and keep the log file itself small.
+            db.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
+            db.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
             db.executescript(SCHEMA)
             with self.transaction():
                 self._put_meta({"format_version": FORMAT_VERSION, **meta})
