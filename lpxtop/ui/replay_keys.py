@@ -52,6 +52,10 @@ class ReplayActions:
         refresh = getattr(self.screen, "refresh_timebar", None)
         if refresh is not None:
             refresh()
+        else:
+            rerender = getattr(self.screen, "rerender", None)  # the detail screen: its charts too, at once
+            if rerender is not None:
+                rerender(force=True)
         if message:
             self.notify(message, timeout=2)
 
