@@ -36,7 +36,7 @@ def normalized(snap: Snapshot) -> Snapshot:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    """Run the engine ~3.5 s with commands in between; return the file and every published snapshot."""
+    """Run the engine ~2.2 s with commands in between; return the file and every published snapshot."""
     path = tmp_path_factory.mktemp("rec") / "run.lpxrec"
     published: list[Snapshot] = []
     patch = pytest.MonkeyPatch()
@@ -53,14 +53,14 @@ def recorded(tmp_path_factory):
             recorder = Recorder.start_for(engine, path, endpoints=endpoints, strict=True)
             engine.add_listener(lambda e: published.append(e.snapshot) if isinstance(e, SnapshotEvent) else None)
             with engine:
-                time.sleep(1.0)
+                time.sleep(0.7)
                 engine.reset()
-                time.sleep(0.6)
-                engine.set_paused(True)
                 time.sleep(0.4)
+                engine.set_paused(True)
+                time.sleep(0.3)
                 engine.set_paused(False)
                 engine.set_interval(0.4)
-                time.sleep(1.2)
+                time.sleep(0.8)
             recorder.close()
     finally:
         patch.undo()
@@ -70,14 +70,14 @@ def recorded(tmp_path_factory):
 
 def test_replay_equals_every_snapshot_the_engine_published(recorded):
     path, published = recorded
-    assert len(published) >= 6
+    assert len(published) >= 4
     source = ReplaySource(path, playing=False)
     probes = 0
     for live in published:
         replayed = source.snapshot_at(live.wall_time)
         assert normalized(replayed) == normalized(live), live.wall_time
         probes = max(probes, *(v.probes_sent for v in live.endpoints))
-    assert probes >= 3
+    assert probes >= 2
     last = published[-1]
     assert any(v.ttft_ms is not None for v in last.endpoints) and last.interval_s == pytest.approx(0.4)
     assert any(v.errors for v in last.endpoints)  # the flaky server's failures are in the counts
@@ -144,4 +144,4 @@ async def test_the_replayed_dashboard_shows_what_the_live_one_showed_at_the_last
     assert replay_lines[1:39] == live_lines[1:39]
     assert "REPLAY" in replay_lines[0] and "REPLAY" not in live_lines[0]
     assert any(name in "\n".join(live_lines) for name in ("sim-0", "sim-1"))
-    assert "⏸" in replay_lines[39] and "REPLAY run.lpxrec" in replay_lines[39]
+    assert ("⏸" in replay_lines[39] or "■ end" in replay_lines[39]) and "REPLAY run.lpxrec" in replay_lines[39]

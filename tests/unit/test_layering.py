@@ -21,11 +21,9 @@ HEADLESS_MODULES = [
     "lpxtop.report",
     "lpxtop.cli",
     "lpxtop.sim.server",
-    "lpxtop.record.cli",
     "lpxtop.record.recorder",
-    "lpxtop.record.replay",
+    "lpxtop.record.replay",  # also reading, store, codec
     "lpxtop.record.export",
-    "lpxtop.record.compare",
 ]
 
 
