@@ -94,7 +94,7 @@ def _stream_rows(events: Iterable[Event], what: Sequence[str]) -> Iterator[tuple
         elif kind is ControlEvent and "marks" in what:
             rows = [{"type": "control", "time": record.wall_time, "command": record.command, "value": record.value}]
         for row in rows:
-            yield row["time"], event.seq, row
+            yield event.t, event.seq, row  # in the order recorded (a probe's "time" is when it was sent)
 
 
 def probe_row(event: SampleEvent, recorded_at: float | None = None) -> dict:

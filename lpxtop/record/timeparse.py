@@ -9,7 +9,8 @@ from lpxtop.record.retention import parse_duration
 
 _CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?$")
 HELP = ("a time of day (14:03:20, local time, on the recording's date), +DURATION from the start (+3m), "
-        "-DURATION before the end (-30s), a date and time (2026-12-01T14:03:20), Unix seconds, start or end")
+        "-DURATION before the end (-30s, or end-30s; after a flag write --to=-30s), a date and time "
+        "(2026-12-01T14:03:20), Unix seconds, start or end")
 
 
 def parse_moment(text: str, start: float, end: float) -> float:
@@ -21,6 +22,12 @@ def parse_moment(text: str, start: float, end: float) -> float:
         return start
     if low in ("end", "last"):
         return end
+    for name, sign in (("start", "+"), ("end", "-")):
+        if low.startswith(name) and low[len(name):len(name) + 1] in ("+", "-"):
+            raw = low[len(name):]
+            if raw[0] != sign:
+                raise ValueError(f"{text!r}: write {name}{sign}DURATION")
+            break
     try:
         if raw.startswith("+"):
             return start + parse_duration(raw[1:])
