@@ -87,6 +87,15 @@ async def test_replay_keys_move_through_the_recording(utc):
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
         assert "replay: jump to a time" in text_of(app.screen.query_one("#help-keys", Static))
+        await pilot.press("escape", "enter")  # the detail screen follows the replay too
+        await pilot.pause()
+        view = app.snapshot.endpoints[0]
+        summary = text_of(app.screen.query_one("#detail-summary", Static))
+        assert f"probes {view.probes_sent} sent" in summary and view.name in summary
+        await pilot.press("greater_than_sign")
+        await pilot.pause()
+        view = next(v for v in app.snapshot.endpoints if v.name == view.name)
+        assert f"probes {view.probes_sent} sent" in text_of(app.screen.query_one("#detail-summary", Static))
     source.close()
 
 
