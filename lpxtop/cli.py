@@ -23,6 +23,9 @@ from lpxtop.config import ConfigError, FileConfig, apply_overrides, endpoints_fr
 PACKAGE_SUBCOMMANDS: dict[str, str] = {
     "exporter": "lpxtop.export.cli",
     "fleet": "lpxtop.fleet.cli",
+    "record": "lpxtop.record.cli",
+    "replay": "lpxtop.record.cli",
+    "export": "lpxtop.record.cli",
 }
 SUBCOMMANDS = ("demo", "once", "sim", *PACKAGE_SUBCOMMANDS)
 SWITCH_INTERVAL_S = 0.001
@@ -35,6 +38,7 @@ examples:
   lpxtop --config lpxtop.toml                 endpoints from a file
   lpxtop once 127.0.0.1:8000 --samples 5 --json
   lpxtop sim --port 8000                      run the simulated server alone
+  lpxtop 127.0.0.1:8000 --record              record while watching (lpxtop replay FILE later)
 
 exit status (once): 0 every endpoint answered, 1 an endpoint is down, 2 usage or config error.
 """
@@ -113,6 +117,23 @@ def _add_ui_flags(parser: argparse.ArgumentParser) -> None:
                    "(e.g. 127.0.0.1:9464)")
 
 
+def _recording_format() -> int:
+    from lpxtop.record.store import FORMAT_VERSION
+
+    return FORMAT_VERSION
+
+
+def _add_record_flags(parser: argparse.ArgumentParser) -> None:
+    from lpxtop.record.settings import add_retention_flags
+
+    g = parser.add_argument_group("recording (also `record = true` or [record] in the config file)")
+    g.add_argument("--record", action="store_true",
+                   help="record while the dashboard runs, to a new file in $XDG_STATE_HOME/lpxtop "
+                   "(~/.local/state/lpxtop); `lpxtop replay FILE` plays it back")
+    g.add_argument("--record-file", metavar="FILE", help="record to FILE (implies --record)")
+    add_retention_flags(g)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser for the dashboard (command None) or for one subcommand."""
     fmt = argparse.RawDescriptionHelpFormatter
@@ -122,14 +143,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             description="top for LLM inference: live TTFT, inter-token latency, tokens/s and errors of "
             "OpenAI-compatible endpoints, with the server's own metrics, GPU memory and port health.\n\n"
             "subcommands: demo (simulated servers), once (headless report), sim (simulated server), "
-            "exporter (serve the measurements to Prometheus), fleet (many hosts, read back from Prometheus); "
-            "`lpxtop SUBCOMMAND --help` for each.",
+            "exporter (serve the measurements to Prometheus), fleet (many hosts, read back from Prometheus), "
+            "record (headless recording), replay (a recording in the dashboard), export (a recording as "
+            "CSV/JSONL/OpenMetrics); `lpxtop SUBCOMMAND --help` for each.",
             epilog=EPILOG,
             formatter_class=fmt,
         )
-        parser.add_argument("--version", action="version", version=f"lpxtop {__version__}")
+        parser.add_argument("--version", action="version", version=f"lpxtop {__version__} (recording format "
+                            f"{_recording_format()})")
         _add_endpoint_flags(parser)
         _add_ui_flags(parser)
+        _add_record_flags(parser)
         return parser
     if command == "once":
         parser = argparse.ArgumentParser(
@@ -144,6 +168,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         parser.add_argument("--json", action="store_true", help="print JSON (schema 1, see the README)")
         parser.add_argument("--deadline", type=_positive_float, default=120.0, metavar="SECONDS",
                             help="give up after this long in all (default 120)")
+        parser.add_argument("--record", metavar="FILE",
+                            help="also record the probes and readings to FILE (lpxtop replay/export read it)")
         _add_endpoint_flags(parser)
         return parser
     if command == "demo":
@@ -158,6 +184,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         parser.add_argument("--interval", type=_positive_float, default=1.0, metavar="SECONDS",
                             help="seconds between probes (default 1)")
         _add_ui_flags(parser)
+        _add_record_flags(parser)
         return parser
     if command in PACKAGE_SUBCOMMANDS:
         return importlib.import_module(PACKAGE_SUBCOMMANDS[command]).build_parser(command)
@@ -266,7 +293,22 @@ def _run_once(args: argparse.Namespace) -> int:
 
     file_config = _load(args)
     engine = _engine_for(args, file_config)
-    snapshot = engine.collect_once(samples=args.samples, timeout_s=args.deadline)
+    recorder = None
+    if args.record:
+        from lpxtop.record.recorder import Recorder
+        from lpxtop.record.store import RecordingError
+
+        try:
+            recorder = Recorder.start_for(engine, args.record, endpoints=file_config.endpoints, strict=True)
+        except RecordingError as exc:
+            raise ConfigError(str(exc)) from None
+    try:
+        snapshot = engine.collect_once(samples=args.samples, timeout_s=args.deadline)
+    finally:
+        if recorder is not None:
+            recorder.close()
+            if recorder.failure is not None:
+                print(f"lpxtop: recording stopped: {recorder.failure}", file=sys.stderr)
     if not snapshot.endpoints:
         message = "no endpoint given and none found on this machine: pass a URL (lpxtop once 127.0.0.1:8000)"
         if args.json:
@@ -283,10 +325,12 @@ def _run_once(args: argparse.Namespace) -> int:
 def _run_dashboard(args: argparse.Namespace) -> int:
     file_config = _load(args)
     engine = _engine_for(args, file_config)
+    recorder = _start_recording(engine, args, file_config.record, file_config.endpoints)
     exporter = _exporter_for(args, engine, file_config.exporter)
     try:
         return _open_ui(engine, args, file_config.ui)
     finally:
+        _stop_recording(recorder)
         if exporter is not None:
             exporter.stop()
 
@@ -295,10 +339,12 @@ def _run_demo(args: argparse.Namespace) -> int:
     from lpxtop.demo import start_demo
 
     with start_demo(interval_s=args.interval, surge=args.surge, readonly=args.readonly) as engine:
+        recorder = _start_recording(engine, args, {}, ())
         exporter = _exporter_for(args, engine, {})
         try:
             return _open_ui(engine, args, {})
         finally:
+            _stop_recording(recorder)
             if exporter is not None:
                 exporter.stop()
 
@@ -311,6 +357,35 @@ def _exporter_for(args: argparse.Namespace, engine, table: dict):
 
     args.host_label = args.no_probe_endpoint = args.probe_timeout = None
     return start_exporter(engine, exporter_settings(args, table, getattr(args, "config", None), args.export))
+
+
+def _start_recording(engine, args: argparse.Namespace, table: dict, endpoints):
+    """A recorder attached to the dashboard's engine when asked (flags or config); None otherwise.
+    A file that cannot be written does not stop the dashboard: the recorder's alert says why."""
+    from lpxtop.record.settings import resolve
+
+    try:
+        settings = resolve(args, table, enabled=args.record, path=args.record_file)
+    except ValueError as exc:
+        raise ConfigError(f"recording: {exc}") from None
+    if not settings.enabled:
+        return None
+    from lpxtop.record.recorder import Recorder
+
+    recorder = Recorder.start_for(engine, settings.target(), endpoints=endpoints, retention=settings.retention,
+                                  clean_dir=settings.cleans_directory)
+    engine.recorder = recorder  # the UI finds it there: `b` bookmarks, the header shows REC
+    return recorder
+
+
+def _stop_recording(recorder) -> None:
+    if recorder is None:
+        return
+    recorder.close()
+    if recorder.failure is not None:
+        print(f"lpxtop: recording stopped: {recorder.failure}", file=sys.stderr)
+    else:
+        print(f"lpxtop: recorded to {recorder.path} (lpxtop replay {recorder.path})", file=sys.stderr)
 
 
 def _open_ui(engine, args: argparse.Namespace, ui_settings: dict) -> int:

@@ -40,7 +40,7 @@ ENDPOINT_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
     "metrics_interval": ("metrics_interval_s", (int, float)),
     "server_kind": ("server_kind", str),
 }
-TOP_LEVEL_TABLES = ("endpoint", "defaults", "alerts", "ui", "engine", "exporter")
+TOP_LEVEL_TABLES = ("endpoint", "defaults", "alerts", "ui", "engine", "exporter", "record")
 API_KINDS = ("chat", "completions")
 
 
@@ -53,6 +53,7 @@ class FileConfig:
     ui: dict = field(default_factory=dict)
     engine: dict = field(default_factory=dict)
     exporter: dict = field(default_factory=dict)  # read by lpxtop.export.settings
+    record: dict = field(default_factory=dict)  # `record = true`, or the [record] table (lpxtop/record/settings.py)
 
 
 def normalize_url(text: str) -> str:
@@ -152,7 +153,23 @@ def load_config_file(path: str | Path) -> FileConfig:
         if not isinstance(value, dict):
             raise ConfigError(f"{locate(None, None, table)}: '{table}' must be a table ([{table}])")
         sections[table] = value
+    sections["record"] = _record_section(data.get("record", {}), locate)
     return FileConfig(endpoints=endpoints, **sections)
+
+
+def _record_section(value: object, locate: _Locator) -> dict:
+    """`record = true` (top level) or a `[record]` table, checked by lpxtop.record.settings."""
+    if isinstance(value, bool):
+        return {"enabled": value}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{locate(None, None, 'record')}: 'record' must be true/false or a table ([record])")
+    from lpxtop.record.settings import check_record_table
+
+    problem = check_record_table(value)
+    if problem is not None:
+        key = problem.split("'")[1] if "'" in problem else None
+        raise ConfigError(f"{locate('record', None, key)}: [record]: {problem}")
+    return dict(value)
 
 
 def _endpoint_fields(table: object, where, *, allow_identity: bool) -> dict:

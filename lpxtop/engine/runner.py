@@ -26,6 +26,7 @@ from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.events import (
     AlertsEvent,
+    ControlEvent,
     EngineEvent,
     GpuEvent,
     SampleEvent,
@@ -207,6 +208,7 @@ class Engine:
         self._leftovers: tuple[LeftoverProcess, ...] = ()
         self._seq = 0
         self._dirty = True
+        self._alert_sources: list[Callable[[], tuple[Alert, ...]]] = []
         self._snapshot = self._build_snapshot()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -243,6 +245,11 @@ class Engine:
     def remove_listener(self, listener: Callable[[EngineEvent], None]) -> None:
         with contextlib.suppress(ValueError):
             self._listeners.remove(listener)
+
+    def add_alert_source(self, source: Callable[[], tuple[Alert, ...]]) -> None:
+        """Alerts from outside the engine's rules (e.g. "recording stopped: disk full"), added to every
+        snapshot. Called on the engine's loop: it must return at once."""
+        self._alert_sources.append(source)
 
     def _emit(self, event: EngineEvent) -> None:
         for listener in tuple(self._listeners):
@@ -588,12 +595,16 @@ class Engine:
             for state in self._states.values():
                 state.wake.set()
         self._dirty = True
+        if self._listeners:
+            self._emit(ControlEvent(time.time(), "paused", paused))
 
     def _reset(self) -> None:
         for state in self._states.values():
             state.window.reset()
             state.changed()
         self._dirty = True
+        if self._listeners:
+            self._emit(ControlEvent(time.time(), "reset"))
 
     def _set_interval(self, seconds: float) -> None:
         base = min((c.interval_s for c in self._configs), default=2.0)
@@ -602,6 +613,8 @@ class Engine:
         for state in self._states.values():
             state.wake.set()
         self._dirty = True
+        if self._listeners:
+            self._emit(ControlEvent(time.time(), "interval", self.interval_s))
 
     # ---- snapshots ----
 
@@ -630,6 +643,15 @@ class Engine:
                 snapshot = replace(snapshot, alerts=self._alerts.evaluate(snapshot, now))
             except Exception:  # noqa: BLE001
                 log.exception("alert rules failed")
+        if self._alert_sources:
+            extra: list[Alert] = []
+            for source in self._alert_sources:
+                try:
+                    extra.extend(source())
+                except Exception:  # noqa: BLE001
+                    log.exception("alert source %r failed", source)
+            if extra:
+                snapshot = replace(snapshot, alerts=(*snapshot.alerts, *extra))
         return snapshot
 
 

@@ -67,4 +67,15 @@ class AlertsEvent:
     alerts: tuple[Alert, ...]
 
 
-EngineEvent = SampleEvent | ScrapeEvent | GpuEvent | SystemEvent | SnapshotEvent | AlertsEvent
+@dataclass(frozen=True)
+class ControlEvent:
+    """A command changed what the engine measures: `command` is "reset" (every window emptied, value
+    None), "paused" (value True/False) or "interval" (value: the probe interval now, seconds).
+    A recording needs them to replay the windows as they were."""
+
+    wall_time: float
+    command: str
+    value: float | bool | None = None
+
+
+EngineEvent = SampleEvent | ScrapeEvent | GpuEvent | SystemEvent | SnapshotEvent | AlertsEvent | ControlEvent

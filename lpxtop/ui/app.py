@@ -23,6 +23,7 @@ from lpxtop.engine.source import SnapshotSource
 from lpxtop.model.snapshot import Snapshot
 from lpxtop.ui.formatting import merge_thresholds
 from lpxtop.ui.palette import Palette, palette_from_variables
+from lpxtop.ui.replay_keys import REPLAY_BINDINGS, ReplayActions
 from lpxtop.ui.screens.help import HelpScreen
 from lpxtop.ui.screens.main import MainScreen
 from lpxtop.ui.theming import DEFAULT_THEME, ThemeCatalog, discover_themes, load_theme, variable_defaults
@@ -51,7 +52,7 @@ def _freeze_startup_objects() -> None:
     gc.collect()
     gc.freeze()
 
-class LpxtopApp(App):
+class LpxtopApp(ReplayActions, App):
     """lpxtop's terminal interface. Build it with `create_app`."""
 
     CSS_PATH = "lpxtop.tcss"
@@ -66,6 +67,9 @@ class LpxtopApp(App):
         Binding("minus", "interval(-1)", "faster", key_display="-"),
         Binding("t", "cycle_theme", "theme"),
         Binding("g", "surge", "surge"),
+        Binding("b", "bookmark", "bookmark", show=False),
+        # Replay only (hidden and inert on a live source): see lpxtop/ui/replay_keys.py
+        *REPLAY_BINDINGS,
     ]
 
     def __init__(
@@ -90,6 +94,10 @@ class LpxtopApp(App):
         self.readonly = readonly
         self.thresholds = thresholds
         self.is_demo = bool(getattr(source, "is_demo", False))
+        # Optional parts of a source, discovered: a replay's time controls, a live recorder (`b`)
+        self.timeline = getattr(source, "timeline", None)
+        self.recorder = getattr(source, "recorder", None)
+        self.comparison = None  # set by `lpxtop replay A --compare B`: shown on top at start
         self.poll_enabled = poll
         self.snapshot: Snapshot | None = None
         self.paused = False
@@ -142,6 +150,8 @@ class LpxtopApp(App):
             self._rerender_screen()
         if self.poll_enabled:
             self.set_interval(self.refresh_s, self.poll, name="snapshot-poll")
+        if self.comparison is not None:
+            self.action_compare()
 
     def on_ready(self) -> None:
         """The first frame is on screen: the caller may now start work that must not compete with start-up."""
@@ -199,7 +209,7 @@ class LpxtopApp(App):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(demo=self.is_demo))
+            self.push_screen(HelpScreen(demo=self.is_demo, replay=self.timeline is not None))
 
     def _refused(self, action: str) -> bool:
         """True (and says why) when the source does not do `action` (the fleet view has no probing to steer)."""
@@ -210,6 +220,9 @@ class LpxtopApp(App):
         return bool(reason)
 
     def action_pause(self) -> None:
+        if self.timeline is not None:
+            self.action_replay_play()
+            return
         if self._refused("pause"):
             return
         self.paused = not self.paused
@@ -218,6 +231,9 @@ class LpxtopApp(App):
         self._rerender_screen()
 
     def action_reset(self) -> None:
+        if self.timeline is not None:
+            self.notify("a replay shows the recording's statistics: r (reset) does nothing here", timeout=3)
+            return
         if self._refused("reset"):
             return
         self.source.reset()
@@ -226,6 +242,9 @@ class LpxtopApp(App):
             self.set_timer(POLL_AFTER_COMMAND_S, self.poll, name="poll-after-reset")
 
     def action_interval(self, direction: int) -> None:
+        if self.timeline is not None:  # as the footer says: + slower, - faster
+            self.action_replay_speed(-direction)
+            return
         if self._refused("interval"):
             return
         factor = INTERVAL_STEP if direction > 0 else 1 / INTERVAL_STEP
@@ -255,6 +274,10 @@ class LpxtopApp(App):
         self.notify("demo surge on: watch TTFT and the queue grow" if self.surge else "demo surge off", timeout=3)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action.startswith("replay_"):
+            return self.timeline is not None
+        if action == "compare":
+            return self.comparison is not None
         return action != "surge" or self.is_demo  # g is hidden from the footer outside the demo
 
 

@@ -123,7 +123,7 @@ def test_config_file_endpoints(tmp_path, sims):
     assert e["name"] == "first" and e["output_tokens"]["p50"] == 5
 
 
-@pytest.mark.parametrize("command", [[], ["once"], ["demo"], ["sim"]])
+@pytest.mark.parametrize("command", [[], ["once"], ["demo"], ["sim"], ["record"], ["replay"], ["export"]])
 def test_help_explains_every_flag(command):
     result = lpxtop(*command, "--help")
     assert result.returncode == 0
@@ -138,8 +138,11 @@ def test_help_explains_every_flag(command):
 
 
 def test_version():
+    from lpxtop.record.store import FORMAT_VERSION
+
     result = lpxtop("--version")
-    assert result.returncode == 0 and result.stdout.strip() == f"lpxtop {__version__}"
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"lpxtop {__version__} (recording format {FORMAT_VERSION})"
 
 
 def test_sim_subcommand_serves(tmp_path):

@@ -25,6 +25,9 @@ HEADLESS_MODULES = [
     "lpxtop.export.cli",
     "lpxtop.fleet.source",
     "lpxtop.fleet.cli",
+    "lpxtop.record.recorder",
+    "lpxtop.record.replay",  # also reading, store, codec
+    "lpxtop.record.export",
 ]
 
 
@@ -40,8 +43,8 @@ def test_module_does_not_import_textual_or_rich(module):
     assert result.returncode == 0, f"{module} pulled in: {result.stdout.strip()} {result.stderr[-500:]}"
 
 
-@pytest.mark.parametrize("package", ["lpxtop.engine", "lpxtop.export", "lpxtop.fleet"])
-def test_whole_engine_package_has_no_textual_import_statement(package):
+@pytest.mark.parametrize("package", ["lpxtop.engine", "lpxtop.export", "lpxtop.fleet", "lpxtop.record"])
+def test_whole_headless_package_has_no_textual_import_statement(package):
     import importlib
     from pathlib import Path
 

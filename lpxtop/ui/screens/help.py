@@ -9,6 +9,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+REPLAY = "replay:"  # rows whose description starts so are shown only in `lpxtop replay`
+
 # (keys as shown, what they do, demo only). The single list of keys: help shows it, tests compare it
 # with the bindings, so a new key cannot be left out of the help.
 KEY_HELP: tuple[tuple[str, str, bool], ...] = (
@@ -28,6 +30,16 @@ KEY_HELP: tuple[tuple[str, str, bool], ...] = (
     ("T", "send SIGTERM to the process selected in the ports panel (asks first)", False),
     ("K", "send SIGKILL to the process selected in the ports panel (asks first)", False),
     ("g", "demo: toggle a load surge on the simulated servers", True),
+    ("b", "bookmark this moment with a note (while recording: --record)", False),
+    ("space", f"{REPLAY} play / pause the recording (p too)", False),
+    ("← →", f"{REPLAY} step 10 s back / forward", False),
+    ("shift+← shift+→", f"{REPLAY} step 1 min back / forward", False),
+    ("[ ]", f"{REPLAY} slower / faster (+ and - too, as in live: + slower)", False),
+    ("n N", f"{REPLAY} next / previous alert, restart, load step or bookmark", False),
+    ("a", f"{REPLAY} next alert", False),
+    ("j", f"{REPLAY} jump to a time (14:03:20, +3m, -30s)", False),
+    ("< >", f"{REPLAY} the recording's start / end", False),
+    ("c", f"{REPLAY} the comparison with the second recording (--compare B)", False),
 )
 
 LEGEND = (
@@ -39,9 +51,10 @@ LEGEND = (
 )
 
 
-def key_rows(demo: bool) -> list[tuple[str, str]]:
-    """The keys help shows: demo-only keys only in the demo."""
-    return [(k, d) for k, d, demo_only in KEY_HELP if demo or not demo_only]
+def key_rows(demo: bool, replay: bool = False) -> list[tuple[str, str]]:
+    """The keys help shows: demo-only keys only in the demo, replay keys only in a replay."""
+    return [(k, d) for k, d, demo_only in KEY_HELP
+            if (demo or not demo_only) and (replay or not d.startswith(REPLAY))]
 
 
 class HelpScreen(ModalScreen[None]):
@@ -51,12 +64,13 @@ class HelpScreen(ModalScreen[None]):
         Binding("escape,question_mark,q", "dismiss", "close", show=False),
     ]
 
-    def __init__(self, demo: bool = False) -> None:
+    def __init__(self, demo: bool = False, replay: bool = False) -> None:
         super().__init__()
         self.demo = demo
+        self.replay = replay
 
     def compose(self) -> ComposeResult:
-        rows = key_rows(self.demo)
+        rows = key_rows(self.demo, self.replay)
         width = max(len(k) for k, _ in rows) + 2
         table = Text()
         for i, (keys, description) in enumerate(rows):

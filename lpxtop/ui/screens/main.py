@@ -20,6 +20,7 @@ from lpxtop.ui.widgets.header_bar import HeaderBar, render_header
 from lpxtop.ui.widgets.host_panel import HostPanel
 from lpxtop.ui.widgets.ports_panel import PortsPanel
 from lpxtop.ui.widgets.row_table import RowTable
+from lpxtop.ui.widgets.timebar import TimeBar
 
 EMPTY_MESSAGE = (
     "No endpoints to watch yet.\n"
@@ -74,6 +75,8 @@ class MainScreen(Screen):
             with Vertical(id="side"):
                 yield HostPanel(id="host-panel", classes="panel")
                 yield PortsPanel(id="ports-panel", classes="panel")
+        if getattr(self.app, "timeline", None) is not None:
+            yield TimeBar(id="timebar")
         yield Input(placeholder="filter endpoints (Enter keeps, Esc clears)", id="filter")
         yield Footer(compact=True, show_command_palette=False)
 
@@ -143,16 +146,23 @@ class MainScreen(Screen):
         app = self.app
         palette = app.palette  # type: ignore[attr-defined]
         thresholds = app.thresholds  # type: ignore[attr-defined]
+        replay = getattr(app, "timeline", None) is not None
+        recorder = getattr(app, "recorder", None)
         self.query_one(HeaderBar).show(
             render_header(
                 snap,
-                paused=app.paused,  # type: ignore[attr-defined]
-                interval_s=app.interval_s,  # type: ignore[attr-defined]
+                # a replay shows the recording's own state; the live app keeps what its keys set
+                paused=snap.paused if replay else app.paused,  # type: ignore[attr-defined]
+                interval_s=snap.interval_s if replay else app.interval_s,  # type: ignore[attr-defined]
                 demo=app.is_demo,  # type: ignore[attr-defined]
-                readonly=app.readonly,  # type: ignore[attr-defined]
+                readonly=app.readonly and not replay,  # type: ignore[attr-defined]
                 palette=palette,
+                replay=replay,
+                recording=None if recorder is None else ("on" if recorder.recording else "stopped"),
             )
         )
+        if replay:
+            self.refresh_timebar(force=force)
         self.query_one(AlertsBar).show(snap.alerts, palette, force=force)
         panel = self.query_one("#endpoints-panel")
         if panel.display:
@@ -166,6 +176,15 @@ class MainScreen(Screen):
         ports = self.query_one(PortsPanel)
         if ports.display:
             ports.show(snap.ports, snap.leftovers, palette, force=force)
+
+    def refresh_timebar(self, force: bool = False) -> None:
+        """A replay's time bar (position, play state, speed, marks), redrawn when it changes."""
+        timeline = getattr(self.app, "timeline", None)
+        if timeline is None or not self._mounted_once:
+            return
+        from lpxtop.record.timeparse import format_moment
+
+        self.query_one(TimeBar).show(timeline.state(), self.app.palette, format_moment, force=force)  # type: ignore[attr-defined]
 
     def _render_endpoints(self, snap: Snapshot, palette, thresholds, force: bool) -> None:
         table = self.query_one(EndpointsTable)
@@ -257,6 +276,10 @@ class MainScreen(Screen):
     def action_signal(self, name: str) -> None:
         """T / K: confirm, then signal the process selected in the ports panel."""
         sig = signal_module.SIGTERM if name == "TERM" else signal_module.SIGKILL
+        if getattr(self.app, "timeline", None) is not None:
+            self.notify("A replay cannot signal processes: they are the recording's, not this machine's now.",
+                        title=f"SIG{name}", severity="warning")
+            return
         refusal = getattr(getattr(self.app, "source", None), "refusal", None)
         reason = refusal("signal") if callable(refusal) else None
         if reason:  # a source whose processes are not on this machine (the fleet view)

@@ -19,10 +19,19 @@ def fmt_interval(seconds: float) -> str:
 
 
 def render_header(snap: Snapshot, *, paused: bool, interval_s: float, demo: bool, readonly: bool,
-                  palette: Palette) -> Text:
-    """The header line; the most important facts first so a narrow terminal cuts the least useful."""
+                  palette: Palette, replay: bool = False, recording: str | None = None) -> Text:
+    """The header line; the most important facts first so a narrow terminal cuts the least useful.
+
+    `replay`: the snapshot comes from a recording. `recording`: "on" or "stopped" while lpxtop records.
+    """
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f" lpxtop {snap.version} ", style="bold")
+    if replay:
+        text.append("REPLAY ", style=palette.accent)
+    if recording == "on":
+        text.append("● REC ", style=palette.critical)
+    elif recording is not None:
+        text.append("REC stopped ", style=palette.warning)
     if paused:
         text.append("⏸ PAUSED ", style=palette.warning)
     if demo:

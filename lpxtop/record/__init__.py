@@ -1,0 +1,12 @@
+"""Recording, replay, compare and export (issue 15): what the engine measured, kept in a SQLite file.
+
+Inputs are recorded, not screens: every probe sample, normalized scrape, GPU/host/port reading, alert
+change and mark (load step, bookmark), in the order the engine's loop produced them. Replay feeds them
+through the live statistics code (`lpxtop.engine.stats.EndpointWindow`), so a replayed percentile is
+the live one by construction.
+
+Modules: `codec` (dataclasses to compact JSON and back, tolerant of added and removed fields),
+`store` (the file: schema, versions, chunks, damage), `recorder` (the engine listener and its writer
+thread), `retention` (age and size limits), `replay` (the SnapshotSource over a file, with a timeline),
+`compare`, `export`, `timeparse`, `cli`. Nothing here imports Textual or Rich.
+"""

@@ -1,0 +1,254 @@
+"""Frozen dataclass records to compact JSON values and back, generically.
+
+A record is written as a JSON array of its fields' values in the order of its type's *layout* (the field
+names, stored once per type in the file), so a probe sample is ~400 bytes instead of ~900 with its keys.
+Reading maps the file's layout onto the class as it is now: fields the file has and the class lost are
+ignored, fields the class gained take their defaults (or an empty value of their type). Other developers
+add fields to `Sample`, `ServerMetrics` and the snapshot while recordings exist; none of that needs a
+change here, and an older file still opens.
+
+Types are recovered from the classes' annotations (`typing.get_type_hints`): a nested record, a tuple of
+records, an optional value, a mapping. Text goes through a filter on the way in (the recorder passes
+`lpxtop.textsafe.redact`), so a registered secret never reaches the file whatever field carries it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+TextFilter = Callable[[str], str]
+# Strings shorter than this cannot hold a secret worth masking (textsafe.MIN_SECRET_LEN, and a bearer
+# credential needs more), so the filter is skipped for them: most strings in a record are short.
+MIN_FILTERED_LEN = 6
+
+
+class Encoder:
+    """Records to JSON-able values; remembers each record type's layout the first time it is seen."""
+
+    def __init__(
+        self,
+        text: TextFilter | None = None,
+        sanitizers: Mapping[type, Callable[[Any], Any]] | None = None,
+    ) -> None:
+        self._text = text
+        self._sanitizers = dict(sanitizers or {})
+        self._fields: dict[type, tuple[str, ...]] = {}
+        self.layouts: dict[str, tuple[str, ...]] = {}
+        self.new_layouts: list[tuple[str, tuple[str, ...]]] = []  # not yet written to the file
+
+    def known(self, layouts: Mapping[str, Iterable[str]]) -> None:
+        """Layouts the file already holds (appending to an existing recording)."""
+        for name, fields in layouts.items():
+            self.layouts[name] = tuple(fields)
+
+    def type_name(self, cls: type) -> str:
+        """The name a record type is stored under, registering its layout on first use."""
+        fields = self._fields.get(cls)
+        if fields is None:
+            fields = self._fields[cls] = tuple(f.name for f in dataclasses.fields(cls))
+            name = cls.__name__
+            if self.layouts.get(name) != fields:
+                self.layouts[name] = fields
+                self.new_layouts.append((name, fields))
+        return cls.__name__
+
+    def encode(self, value: Any) -> Any:
+        """A JSON-able form of `value` (records become arrays in their layout's order)."""
+        kind = type(value)
+        if value is None or kind is float or kind is int or kind is bool:
+            return value
+        if kind is str:
+            text = self._text
+            return text(value) if text is not None and len(value) >= MIN_FILTERED_LEN else value
+        if kind is tuple or kind is list:
+            return [self.encode(v) for v in value]
+        fields = self._fields.get(kind)
+        if fields is None and dataclasses.is_dataclass(kind):
+            self.type_name(kind)
+            fields = self._fields[kind]
+        if fields is not None:
+            sanitize = self._sanitizers.get(kind)
+            if sanitize is not None:
+                value = sanitize(value)
+            return [self.encode(getattr(value, name)) for name in fields]
+        if isinstance(value, Mapping):
+            return {str(k): self.encode(v) for k, v in value.items()}
+        for plain in (bool, int, float, str):  # subclasses: IntEnum, StrEnum ...
+            if isinstance(value, plain):
+                return self.encode(plain(value))
+        return self.encode(str(value))
+
+
+def record_types(roots: Iterable[type]) -> dict[str, type]:
+    """Every dataclass reachable from `roots` through annotations, by the name it is stored under."""
+    found: dict[str, type] = {}
+
+    def visit(tp: Any) -> None:
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            name = tp.__name__
+            if name in found:
+                if found[name] is not tp:
+                    raise TypeError(f"two record types are both named {name!r}: {found[name]} and {tp}")
+                return
+            found[name] = tp
+            for hint in _hints(tp).values():
+                visit(hint)
+            return
+        for arg in typing.get_args(tp):
+            visit(arg)
+
+    for root in roots:
+        visit(root)
+    return found
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    return hints
+
+
+class DecodeError(ValueError):
+    """A stored value does not fit the type it is read as."""
+
+
+class Decoder:
+    """JSON values back to records, by the file's layouts and the classes' current fields."""
+
+    def __init__(self, layouts: Mapping[str, Iterable[str]], types_by_name: Mapping[str, type]) -> None:
+        self._layouts = {name: tuple(fields) for name, fields in layouts.items()}
+        self._types = dict(types_by_name)
+        self._plans: dict[type, Callable[[Any], Any]] = {}
+
+    def add_layouts(self, layouts: Mapping[str, Iterable[str]]) -> None:
+        for name, fields in layouts.items():
+            self._layouts[name] = tuple(fields)
+        self._plans.clear()
+
+    def type_for(self, name: str) -> type | None:
+        return self._types.get(name)
+
+    def decode(self, type_name: str, data: Any) -> Any:
+        cls = self._types.get(type_name)
+        if cls is None:
+            raise DecodeError(f"unknown record type {type_name!r} (written by a newer lpxtop?)")
+        return self.record(cls, data)
+
+    def record(self, cls: type, data: Any) -> Any:
+        plan = self._plans.get(cls)
+        if plan is None:
+            plan = self._plans[cls] = self._plan(cls)
+        return plan(data)
+
+    def _plan(self, cls: type) -> Callable[[Any], Any]:
+        layout = self._layouts.get(cls.__name__)
+        if layout is None:
+            raise DecodeError(f"the file has no layout for {cls.__name__}")
+        hints = _hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+        steps: list[tuple[int, str, Callable[[Any], Any]]] = []
+        for index, name in enumerate(layout):
+            if name in fields:
+                steps.append((index, name, self._converter(hints.get(name, Any))))
+        present = {name for _, name, _ in steps}
+        fill: dict[str, Any] = {}
+        for name, f in fields.items():
+            if name not in present and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                fill[name] = _empty(hints.get(name, Any))  # a required field this file does not have
+        size = len(layout)
+
+        def build(data: Any) -> Any:
+            if not isinstance(data, list) or len(data) != size:
+                raise DecodeError(f"{cls.__name__}: expected {size} values, got {_describe(data)}")
+            values = dict(fill)
+            for index, name, convert in steps:
+                values[name] = convert(data[index])
+            return cls(**values)
+
+        return build
+
+    def _converter(self, tp: Any) -> Callable[[Any], Any]:
+        if tp is Any or tp is object:
+            return _identity
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            return lambda v, cls=tp: None if v is None else self.record(cls, v)
+        origin = typing.get_origin(tp)
+        args = typing.get_args(tp)
+        if origin is typing.Union or origin is types.UnionType:
+            options = [a for a in args if a is not type(None)]
+            if len(options) == 1:
+                inner = self._converter(options[0])
+                return lambda v: None if v is None else inner(v)
+            records = [a for a in options if isinstance(a, type) and dataclasses.is_dataclass(a)]
+            if len(records) == 1:
+                inner = self._converter(records[0])
+                return lambda v: inner(v) if isinstance(v, list) else v
+            return _identity
+        if origin is tuple:
+            if len(args) == 2 and args[1] is Ellipsis:
+                item = self._converter(args[0])
+                return lambda v: tuple(item(x) for x in v) if v is not None else ()
+            if args:
+                items = [self._converter(a) for a in args]
+                return lambda v: tuple(c(x) for c, x in zip(items, v)) if v is not None else None
+            return lambda v: tuple(v) if v is not None else ()
+        if origin in (list, typing.List) or origin is _abc_sequence():  # noqa: UP006
+            item = self._converter(args[0]) if args else _identity
+            return lambda v: [item(x) for x in v] if v is not None else []
+        if origin in (dict, typing.Dict) or origin is _abc_mapping():  # noqa: UP006
+            key = self._converter(args[0]) if args else _identity
+            val = self._converter(args[1]) if len(args) > 1 else _identity
+            return lambda v: {key(k): val(x) for k, x in v.items()} if v is not None else {}
+        if tp is float:
+            return lambda v: float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+        if tp is int:
+            return lambda v: int(v) if isinstance(v, str) and v.lstrip("-").isdigit() else v
+        return _identity
+
+
+def _identity(v: Any) -> Any:
+    return v
+
+
+def _abc_mapping() -> Any:
+    import collections.abc
+
+    return collections.abc.Mapping
+
+
+def _abc_sequence() -> Any:
+    import collections.abc
+
+    return collections.abc.Sequence
+
+
+def _empty(tp: Any) -> Any:
+    """A stand-in for a required field that an older file does not have."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        return None
+    if tp is str:
+        return ""
+    if tp is bool:
+        return False
+    if tp in (int, float):
+        return tp(0)
+    if origin is tuple:
+        return ()
+    if origin in (list,):
+        return []
+    return None
+
+
+def _describe(data: Any) -> str:
+    if isinstance(data, list):
+        return f"{len(data)}"
+    return type(data).__name__

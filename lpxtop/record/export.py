@@ -1,0 +1,321 @@
+"""A recording as plain data: JSON lines, CSV, or OpenMetrics text for a Prometheus backfill.
+
+JSONL is the complete form: a probe line carries every field of the recorded sample (so fields other
+developers add appear without a change here) next to the stable keys `type`, `endpoint`, `time` (Unix
+seconds, when the probe was sent), `ok`, `error` (the kind, or null), `ttft_ms`, `e2e_ms`, `itl_ms`
+(list) and `output_tokens`. CSV has one kind of line per file (lists joined by spaces, nested values as
+JSON). OpenMetrics holds gauges with their recorded timestamps, each family contiguous and each series
+in time order, ending with `# EOF`, as `promtool tsdb create-blocks-from openmetrics` requires; the
+families are spooled through temporary files, so a long recording is not held in memory.
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import json
+import math
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import fields, is_dataclass
+from typing import IO, Any
+
+from lpxtop.model.events import AlertsEvent, ControlEvent, GpuEvent, SampleEvent, ScrapeEvent, SystemEvent
+from lpxtop.record.reading import Event, Recording
+from lpxtop.record.records import Mark
+
+FORMATS = ("jsonl", "csv", "openmetrics")
+WHAT = ("probes", "server", "gpu", "host", "alerts", "load", "marks")
+_STREAM_TYPES: dict[str, tuple[type, ...]] = {
+    "probes": (SampleEvent,),
+    "server": (ScrapeEvent,),
+    "gpu": (GpuEvent,),
+    "host": (SystemEvent,),
+    "alerts": (AlertsEvent,),
+    "marks": (ControlEvent,),
+    "load": (),
+}
+
+
+def export(recording: Recording, out: IO[str], *, fmt: str = "jsonl", what: Sequence[str] | None = None,
+           t_from: float | None = None, t_to: float | None = None) -> dict[str, int]:
+    """Write the recording's `what` between `t_from` and `t_to` to `out`; returns lines per type."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
+    if what is None:
+        what = ["probes"] if fmt == "csv" else list(WHAT)
+    unknown = [w for w in what if w not in WHAT]
+    if unknown:
+        raise ValueError(f"--what: unknown {', '.join(map(repr, unknown))} (choose from {', '.join(WHAT)})")
+    if fmt == "csv" and len(what) != 1:
+        raise ValueError("--format csv writes one kind of line: give one --what (probes, server, gpu, host, alerts, "
+                         "load or marks), or use jsonl")
+    rows = _rows(recording, what, t_from, t_to)
+    if fmt == "jsonl":
+        return _write_jsonl(rows, out)
+    if fmt == "csv":
+        return _write_csv(rows, out)
+    return _write_openmetrics(rows, out)
+
+
+# ---- rows: one dict per line, in time order ----
+
+def _rows(recording: Recording, what: Sequence[str], t_from: float | None, t_to: float | None) -> Iterator[dict]:
+    types = tuple(t for w in what for t in _STREAM_TYPES[w])
+    streams: list[Iterable[tuple[float, int, dict]]] = []
+    if types:
+        streams.append(_stream_rows(recording.events(t_from=t_from, t_to=t_to, types=types), what))
+    marks = [m for m in recording.marks()
+             if (t_from is None or m.t >= t_from) and (t_to is None or m.t <= t_to)
+             and (("load" in what and m.kind == "load_step") or ("marks" in what and m.kind != "load_step"))]
+    if marks:
+        streams.append((m.t, i, _mark_row(m)) for i, m in enumerate(marks))
+    for _, _, row in heapq.merge(*streams, key=lambda x: (x[0], x[1])):
+        yield row
+
+
+def _stream_rows(events: Iterable[Event], what: Sequence[str]) -> Iterator[tuple[float, int, dict]]:
+    active: dict[tuple[str, str, str], Any] = {}
+    for event in events:
+        record = event.record
+        kind = type(record)
+        rows: list[dict] = []
+        if kind is SampleEvent:
+            rows = [probe_row(record, event.t)]
+        elif kind is ScrapeEvent:
+            rows = [{"type": "server", "endpoint": record.endpoint, "time": record.wall_time,
+                     **record.metrics.to_json()}]
+        elif kind is GpuEvent:
+            rows = list(_gpu_rows(record))
+        elif kind is SystemEvent:
+            rows = list(_system_rows(record))
+        elif kind is AlertsEvent:
+            rows = list(_alert_rows(record, active))
+        elif kind is ControlEvent and "marks" in what:
+            rows = [{"type": "control", "time": record.wall_time, "command": record.command, "value": record.value}]
+        for row in rows:
+            yield event.t, event.seq, row  # in the order recorded (a probe's "time" is when it was sent)
+
+
+def probe_row(event: SampleEvent, recorded_at: float | None = None) -> dict:
+    """One probe as a JSON object: the stable keys first, then every other field of the sample."""
+    s = event.sample
+    row: dict[str, Any] = {
+        "type": "probe",
+        "endpoint": event.endpoint,
+        "time": s.wall_time,
+        "ok": s.ok,
+        "error": s.error_kind,
+        "ttft_ms": s.ttft_ms,
+        "e2e_ms": s.e2e_ms,
+        "itl_ms": list(s.itl_ms),
+        "output_tokens": s.output_tokens,
+        "tpot_ms": s.tpot_ms,
+        "decode_tokens_per_s": s.decode_tokens_per_s,
+    }
+    for f in fields(s):
+        if f.name in ("endpoint", "wall_time", "error_kind") or f.name in row:
+            continue
+        row[f.name] = _plain(getattr(s, f.name))
+    if recorded_at is not None:
+        row["recorded_at"] = recorded_at
+    return row
+
+
+def _gpu_rows(event: GpuEvent) -> Iterator[dict]:
+    gpu = event.gpu
+    devices = list(gpu.all_devices())
+    if not devices:
+        yield {"type": "gpu", "time": event.wall_time, "status": gpu.status}
+        return
+    for device in devices:
+        values = device.to_json()
+        values.pop("mig_devices", None)
+        yield {"type": "gpu", "time": event.wall_time, "status": gpu.status, "key": device.key, **values}
+
+
+def _system_rows(event: SystemEvent) -> Iterator[dict]:
+    if event.host is not None:
+        yield {"type": "host", "time": event.wall_time, **event.host.to_json()}
+    for port in event.ports:
+        yield {"type": "port", "time": event.wall_time, **port.to_json()}
+    for leftover in event.leftovers:
+        yield {"type": "leftover", "time": event.wall_time, **leftover.to_json()}
+
+
+def _alert_rows(event: AlertsEvent, active: dict) -> Iterator[dict]:
+    now = {(a.kind, a.subject, a.severity): a for a in event.alerts}
+    for key, alert in now.items():
+        if key not in active:
+            yield {"type": "alert", "time": event.wall_time, "event": "began", **alert.to_json()}
+    for key, alert in active.items():
+        if key not in now:
+            yield {"type": "alert", "time": event.wall_time, "event": "ended", **alert.to_json()}
+    active.clear()
+    active.update(now)
+
+
+def _mark_row(mark: Mark) -> dict:
+    if mark.kind == "load_step":
+        return {"type": "load_step", "time": mark.t, **_except(mark.payload, "type", "time")}
+    return {"type": "mark", "kind": mark.kind, "time": mark.t, **_except(mark.payload, "type", "kind", "time")}
+
+
+def _except(payload: dict, *keys: str) -> dict:
+    return {k: v for k, v in payload.items() if k not in keys}
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    to_json = getattr(value, "to_json", None)
+    if callable(to_json):
+        return to_json()
+    if is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    return str(value)
+
+
+# ---- writers ----
+
+def _write_jsonl(rows: Iterable[dict], out: IO[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for row in rows:
+        out.write(json.dumps(row, ensure_ascii=False, default=str))
+        out.write("\n")
+        counts[row["type"]] = counts.get(row["type"], 0) + 1
+    return counts
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return " ".join(repr(v) for v in value)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return value
+
+
+def _write_csv(rows: Iterable[dict], out: IO[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    writer: csv.DictWriter | None = None
+    for row in rows:
+        if writer is None:
+            writer = csv.DictWriter(out, fieldnames=list(row), extrasaction="ignore", lineterminator="\n")
+            writer.writeheader()
+        writer.writerow({k: _cell(v) for k, v in row.items()})
+        counts[row["type"]] = counts.get(row["type"], 0) + 1
+    return counts
+
+
+# (family, help, row type, value from a row, labels from a row)
+Family = tuple[str, str, str, Callable[[dict], Any], Callable[[dict], dict[str, str]]]
+
+
+def _ms_to_s(key: str) -> Callable[[dict], Any]:
+    return lambda row: None if row.get(key) is None else row[key] / 1000.0
+
+
+def _endpoint(row: dict) -> dict[str, str]:
+    return {"endpoint": str(row["endpoint"])}
+
+
+def _itl_mean(row: dict) -> float | None:
+    gaps = row.get("itl_ms") or []
+    return sum(gaps) / len(gaps) / 1000.0 if gaps else None
+
+
+def _gpu_labels(row: dict) -> dict[str, str]:
+    return {"gpu": str(row.get("key")), "name": str(row.get("name")), "uuid": str(row.get("uuid"))}
+
+
+def _ratio(key: str) -> Callable[[dict], Any]:
+    return lambda row: None if row.get(key) is None else row[key] / 100.0
+
+
+def _key(key: str) -> Callable[[dict], Any]:
+    return lambda row: row.get(key)
+
+
+FAMILIES: tuple[Family, ...] = (
+    ("lpxtop_probe_ok", "1 when the probe succeeded, 0 when it failed", "probe",
+     lambda r: 1 if r["ok"] else 0, _endpoint),
+    ("lpxtop_probe_ttft_seconds", "time to first token of one probe", "probe", _ms_to_s("ttft_ms"), _endpoint),
+    ("lpxtop_probe_e2e_seconds", "time to the last token of one probe", "probe", _ms_to_s("e2e_ms"), _endpoint),
+    ("lpxtop_probe_tpot_seconds", "time per output token of one probe", "probe", _ms_to_s("tpot_ms"), _endpoint),
+    ("lpxtop_probe_itl_mean_seconds", "mean inter-token latency of one probe", "probe", _itl_mean, _endpoint),
+    ("lpxtop_probe_output_tokens", "output tokens of one probe", "probe", _key("output_tokens"), _endpoint),
+    ("lpxtop_server_requests_running", "requests the server is running", "server", _key("requests_running"),
+     _endpoint),
+    ("lpxtop_server_requests_waiting", "requests waiting in the server's queue", "server",
+     _key("requests_waiting"), _endpoint),
+    ("lpxtop_server_kv_cache_usage_ratio", "KV cache in use, 0-1", "server", _key("kv_cache_usage"), _endpoint),
+    ("lpxtop_server_preemptions", "preemptions since the server started", "server", _key("preemptions_total"),
+     _endpoint),
+    ("lpxtop_server_generation_tokens_per_second", "tokens the server generated per second", "server",
+     _key("generation_tokens_per_s"), _endpoint),
+    ("lpxtop_server_prompt_tokens_per_second", "prompt tokens the server processed per second", "server",
+     _key("prompt_tokens_per_s"), _endpoint),
+    ("lpxtop_gpu_utilization_ratio", "GPU busy share, 0-1", "gpu", _ratio("util_pct"), _gpu_labels),
+    ("lpxtop_gpu_memory_used_bytes", "GPU memory used", "gpu", _key("mem_used_bytes"), _gpu_labels),
+    ("lpxtop_gpu_memory_total_bytes", "GPU memory in all", "gpu", _key("mem_total_bytes"), _gpu_labels),
+    ("lpxtop_gpu_temperature_celsius", "GPU temperature", "gpu", _key("temp_c"), _gpu_labels),
+    ("lpxtop_gpu_power_watts", "GPU power draw", "gpu", _key("power_w"), _gpu_labels),
+    ("lpxtop_host_cpu_ratio", "host CPU busy share, 0-1", "host", _ratio("cpu_pct"), lambda r: {}),
+    ("lpxtop_host_memory_used_bytes", "host memory used", "host", _key("mem_used_bytes"), lambda r: {}),
+    ("lpxtop_host_memory_available_bytes", "host memory available", "host", _key("mem_available_bytes"),
+     lambda r: {}),
+    ("lpxtop_alert_active", "1 while the alert is active, 0 when it ended", "alert",
+     lambda r: 1 if r["event"] == "began" else 0,
+     lambda r: {"kind": str(r["kind"]), "subject": str(r.get("subject", "")), "severity": str(r["severity"])}),
+)
+
+
+def _label_value(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    return repr(float(value)) if isinstance(value, float) else str(value)
+
+
+def _write_openmetrics(rows: Iterable[dict], out: IO[str]) -> dict[str, int]:
+    by_type: dict[str, list[int]] = {}
+    for index, family in enumerate(FAMILIES):
+        by_type.setdefault(family[2], []).append(index)
+    spools = [tempfile.TemporaryFile("w+", encoding="utf-8") for _ in FAMILIES]  # noqa: SIM115 - closed below
+    last: dict[str, float] = {}  # series -> its last timestamp: each series strictly in time order
+    counts: dict[str, int] = {}
+    try:
+        for row in rows:
+            for index in by_type.get(row["type"], ()):
+                name, _, _, value_of, labels_of = FAMILIES[index]
+                value = value_of(row)
+                if value is None or isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+                    continue
+                labels = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(labels_of(row).items()))
+                series = f"{name}{{{labels}}}" if labels else name
+                stamp = round(float(row["time"]), 3)
+                if last.get(series, float("-inf")) >= stamp:
+                    continue
+                last[series] = stamp
+                spools[index].write(f"{series} {_number(value)} {stamp:.3f}\n")
+                counts[name] = counts.get(name, 0) + 1
+        for index, (name, help_text, _, _, _) in enumerate(FAMILIES):
+            if not counts.get(name):
+                continue
+            out.write(f"# HELP {name} {help_text}\n# TYPE {name} gauge\n")
+            spool = spools[index]
+            spool.seek(0)
+            for line in spool:
+                out.write(line)
+        out.write("# EOF\n")
+    finally:
+        for spool in spools:
+            spool.close()
+    return counts

@@ -1,0 +1,420 @@
+"""Replay: a SnapshotSource over a recording, with a timeline the UI can drive.
+
+The engine's state is rebuilt by feeding the recorded inputs, in the order the engine's loop produced
+them, through the live statistics code (`EndpointWindow`): the same `add`, `add_server_point`, `reset`
+and `view(now=…)` calls the engine made. A snapshot replayed at the moment a live one was published
+therefore holds the same windows and the same percentiles, by construction.
+
+Seeking never replays hours: a keyframe (the published snapshot without its windows, one a minute)
+older than the moment minus the statistics window gives every counter and the last readings, and the
+events after it refill the windows exactly (a sample in the window at T arrived after T − window).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from lpxtop.engine.stats import EndpointWindow
+from lpxtop.model.alerts import Alert
+from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.model.events import AlertsEvent, ControlEvent, GpuEvent, SampleEvent, ScrapeEvent, SystemEvent
+from lpxtop.model.gpu import GpuSnapshot
+from lpxtop.model.host import HostSnapshot
+from lpxtop.model.ports import LeftoverProcess, PortStatus
+from lpxtop.model.server import ServerMetrics
+from lpxtop.model.snapshot import Snapshot
+from lpxtop.record.reading import Event, Recording
+from lpxtop.record.records import MARK_KINDS, EndpointInfo, Mark
+from lpxtop.record.store import RecordingError
+from lpxtop.record.timeparse import format_moment, parse_moment
+
+SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+STEP_S = 10.0
+READ_AHEAD_EVENTS = 2000
+# A move forward longer than this is a seek (from a keyframe) rather than feeding every event between.
+FEED_LIMIT_EXTRA_S = 120.0
+# While a file is still being written, look for its new end this often when playback reaches it.
+REFRESH_END_S = 2.0
+
+
+class _Endpoint:
+    __slots__ = ("config", "model", "window", "server", "known")
+
+    def __init__(self, name: str, window_s: float, max_samples: int) -> None:
+        self.config = EndpointConfig(name=name, url="")
+        self.model: str | None = None
+        self.window = EndpointWindow(window_s, max_samples)
+        self.server: ServerMetrics | None = None
+        self.known = False  # its settings were recorded (a view is shown only then, as live)
+
+    @property
+    def server_kind(self) -> str:
+        # as the engine's _EndpointState.server_kind
+        if self.server is not None and self.server.kind not in ("", "unknown"):
+            return self.server.kind
+        return self.config.server_kind or "unknown"
+
+
+class ReplayState:
+    """The engine's state after the events applied so far."""
+
+    def __init__(self, window_s: float, max_samples: int, defaults: Snapshot) -> None:
+        self.window_s = window_s
+        self.max_samples = max_samples
+        self.defaults = defaults
+        self.clear()
+
+    def clear(self) -> None:
+        self.endpoints: dict[str, _Endpoint] = {}
+        self.gpu = GpuSnapshot(status="unavailable: not collected yet")
+        self.host: HostSnapshot | None = None
+        self.ports: tuple[PortStatus, ...] = ()
+        self.leftovers: tuple[LeftoverProcess, ...] = ()
+        self.alerts: tuple[Alert, ...] = ()
+        self.paused = False
+        self.interval_s: float | None = None
+        self.template = self.defaults
+        self.seq = 0  # the last event applied
+        self.t: float | None = None  # the moment the state stands at
+
+    def restore(self, after_seq: int, t: float, keyframe: Snapshot) -> None:
+        """Start from a keyframe: counters and last readings as published then, windows empty."""
+        self.clear()
+        self.template = keyframe
+        for view in keyframe.endpoints:
+            ep = self._endpoint(view.name)
+            ep.config, ep.model, ep.server, ep.known = view.config, view.model, view.server, True
+            w = ep.window
+            w.sent, w.ok, w.failed = view.probes_sent, view.probes_ok, view.probes_failed
+            w.errors.update(view.errors)
+            w.last_error, w.last_error_time = view.last_error, view.last_error_time
+        self.gpu, self.host, self.ports, self.leftovers = keyframe.gpu, keyframe.host, keyframe.ports, keyframe.leftovers
+        self.alerts = keyframe.alerts
+        self.paused, self.interval_s = keyframe.paused, keyframe.interval_s
+        self.seq, self.t = after_seq, t
+
+    def _endpoint(self, name: str) -> _Endpoint:
+        ep = self.endpoints.get(name)
+        if ep is None:
+            ep = self.endpoints[name] = _Endpoint(name, self.window_s, self.max_samples)
+        return ep
+
+    def apply(self, event: Event) -> None:
+        """One input, as the engine handled it (runner.py: _probe, _scrape, _collect_*, _publish, commands)."""
+        record = event.record
+        kind = type(record)
+        if kind is SampleEvent:
+            self._endpoint(record.endpoint).window.add(record.sample)
+        elif kind is ScrapeEvent:
+            ep = self._endpoint(record.endpoint)
+            ep.server = record.metrics
+            if record.metrics.status == "ok":
+                ep.window.add_server_point(record.metrics, record.wall_time)
+        elif kind is GpuEvent:
+            self.gpu = record.gpu
+        elif kind is SystemEvent:
+            self.host, self.ports, self.leftovers = record.host, tuple(record.ports), tuple(record.leftovers)
+        elif kind is AlertsEvent:
+            self.alerts = tuple(record.alerts)
+        elif kind is EndpointInfo:
+            ep = self._endpoint(record.config.name)
+            ep.config, ep.model, ep.known = record.config, record.model, True
+        elif kind is ControlEvent:
+            if record.command == "reset":
+                for ep in self.endpoints.values():
+                    ep.window.reset()
+            elif record.command == "paused":
+                self.paused = bool(record.value)
+            elif record.command == "interval" and isinstance(record.value, (int, float)):
+                self.interval_s = float(record.value)
+        self.seq = event.seq
+        self.t = event.t if self.t is None else max(self.t, event.t)
+
+    def snapshot(self, now: float, seq: int) -> Snapshot:
+        """The snapshot the engine would have published at `now` (in_flight is not recorded: False)."""
+        views = tuple(
+            ep.window.view(ep.config, now=now, model=ep.model, server=ep.server, server_kind=ep.server_kind)
+            for ep in self.endpoints.values() if ep.known
+        )
+        interval = self.interval_s
+        if interval is None:
+            interval = min((ep.config.interval_s for ep in self.endpoints.values() if ep.known), default=2.0)
+        return replace(
+            self.template,
+            wall_time=now,
+            paused=self.paused,
+            interval_s=interval,
+            endpoints=views,
+            gpu=self.gpu,
+            host=self.host,
+            ports=self.ports,
+            leftovers=self.leftovers,
+            alerts=self.alerts,
+            seq=seq,
+        )
+
+
+@dataclass(frozen=True)
+class TimelineState:
+    """What the time bar shows; read by the UI each repaint."""
+
+    name: str
+    start: float
+    end: float
+    position: float
+    playing: bool
+    speed: float
+    marks: tuple[Mark, ...]
+    damage: str | None = None
+    at_end: bool = False
+
+
+class ReplaySource:
+    """A recording as a SnapshotSource: `snapshot()` is the state at the timeline's position.
+
+    The UI finds the extra controls on `timeline` (absent on the live engine). Commands that make no
+    sense for a recording (pause probing, reset, interval, surge) do nothing; the UI says why.
+    """
+
+    readonly = True
+    is_demo = False
+
+    def __init__(self, path: str | Path, *, at: float | None = None, playing: bool | None = None,
+                 speed: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.recording = Recording(path)
+        span = self.recording.time_range()
+        if span is None:
+            summary = self.recording.damage_summary()
+            raise RecordingError(f"{path}: the recording holds no readable events"
+                                 + (f" ({summary})" if summary else " (it was stopped before its first second?)"))
+        self.start, self.end = span
+        first = self.recording.first_keyframe() if self.recording.pruned_after_seq else None
+        if first is not None:  # retention dropped the beginning: replay starts at the oldest keyframe
+            self.start = max(self.start, first[1])
+        meta = self.recording.meta
+        defaults = Snapshot(wall_time=self.start, host_name=str(meta.get("host") or "?"),
+                            version=str(meta.get("lpxtop_version") or "?"),
+                            started_at=float(meta.get("created_at") or self.start), paused=False, interval_s=2.0)
+        self.state = ReplayState(self.recording.window_s, self.recording.max_samples, defaults)
+        self._buffer: deque[Event] = deque()
+        self._buffered_seq = 0  # the last seq read into the buffer
+        self._exhausted = False
+        self._snapshot: Snapshot | None = None
+        self._built_at: float | None = None
+        self._seq = 0
+        self._first: tuple[int, float, Snapshot] | None | bool = None
+        self.timeline = Timeline(self, at=at, playing=playing, speed=speed, clock=clock)
+
+    # ---- SnapshotSource ----
+
+    def snapshot(self) -> Snapshot:
+        position = self.timeline.position()
+        if self._snapshot is None or position != self._built_at:
+            self._move_to(position)
+            self._seq += 1
+            self._snapshot = self.state.snapshot(position, self._seq)
+            self._built_at = position
+        return self._snapshot
+
+    def snapshot_at(self, t: float) -> Snapshot:
+        """The snapshot at `t` without moving the timeline's own position (tests, compare, export)."""
+        self._move_to(t)
+        self._seq += 1
+        self._built_at = None
+        return self.state.snapshot(t, self._seq)
+
+    def set_paused(self, paused: bool) -> None:
+        self.timeline.play(not paused)
+
+    def reset(self) -> None:
+        pass
+
+    def set_interval(self, seconds: float) -> None:
+        pass
+
+    def request_surge(self, on: bool) -> None:
+        pass
+
+    def close(self) -> None:
+        self.recording.close()
+
+    # ---- moving through the stream ----
+
+    def _move_to(self, t: float) -> None:
+        state = self.state
+        if state.t is not None and t >= state.t and t - state.t <= state.window_s + FEED_LIMIT_EXTRA_S:
+            self._feed_until(t)
+            return
+        self._seek(t)
+
+    def _seek(self, t: float) -> None:
+        state = self.state
+        keyframe = self.recording.keyframe_before(t - state.window_s)
+        if keyframe is None and self.recording.pruned_after_seq:
+            keyframe = self.recording.first_keyframe()
+        if keyframe is not None:
+            state.restore(*keyframe)
+        else:
+            state.clear()  # from the very beginning: an empty engine, as when the recording began
+            first = self._first_keyframe()
+            if first is not None:
+                state.template = first[2]  # host, version, start time as the engine published them
+        self._buffer.clear()
+        self._buffered_seq = state.seq
+        self._exhausted = False
+        self._feed_until(t)
+        state.t = t if state.t is None else max(state.t, t)
+
+    def _first_keyframe(self) -> tuple[int, float, Snapshot] | None:
+        if self._first is None:
+            self._first = self.recording.first_keyframe() or False
+        return self._first or None
+
+    def _feed_until(self, t: float) -> None:
+        state = self.state
+        while True:
+            if not self._buffer and not self._fill():
+                break
+            event = self._buffer[0]
+            if event.t > t:
+                break
+            self._buffer.popleft()
+            state.apply(event)
+        state.t = t if state.t is None else max(state.t, t)
+
+    def _fill(self) -> bool:
+        """Read the next events into the buffer (a bounded read-ahead); False at the end of what is written."""
+        if self._exhausted:
+            return False
+        events = self.recording.events(after_seq=self._buffered_seq)
+        for n, event in enumerate(events, start=1):
+            self._buffer.append(event)
+            self._buffered_seq = event.seq
+            if n >= READ_AHEAD_EVENTS:
+                break
+        if not self._buffer:
+            self._exhausted = True
+            return False
+        return True
+
+    def refresh_end(self) -> None:
+        """A file still being written grows: find its new end."""
+        self.recording.refresh()
+        span = self.recording.time_range()
+        if span is not None and span[1] > self.end:
+            self.end = span[1]
+            self._exhausted = False
+
+    def marks(self) -> tuple[Mark, ...]:
+        return tuple(self.recording.marks())
+
+
+class Timeline:
+    """Play, pause, step, speed, jump: the replay's controls. Times are Unix seconds."""
+
+    def __init__(self, source: ReplaySource, *, at: float | None, playing: bool | None, speed: float,
+                 clock: Callable[[], float]) -> None:
+        self._source = source
+        self._clock = clock
+        self.name = source.recording.path.name
+        self.speed = speed if speed > 0 else 1.0
+        start_at = source.start if at is None else at
+        self._anchor_pos = min(max(start_at, source.start), source.end)
+        self._anchor_clock = clock()
+        self.playing = (at is None) if playing is None else playing
+        self._marks: tuple[Mark, ...] = source.marks()
+        self._last_refresh = float("-inf")
+
+    @property
+    def start(self) -> float:
+        return self._source.start
+
+    @property
+    def end(self) -> float:
+        return self._source.end
+
+    def position(self) -> float:
+        """The moment shown now (advancing while playing; playback stops at the end)."""
+        if not self.playing:
+            return self._anchor_pos
+        pos = self._anchor_pos + (self._clock() - self._anchor_clock) * self.speed
+        if pos >= self.end:
+            now = self._clock()
+            if now - self._last_refresh >= REFRESH_END_S:
+                self._last_refresh = now
+                self._source.refresh_end()
+                self._marks = self._source.marks()
+            if pos >= self.end:
+                self._anchor_pos, self._anchor_clock, self.playing = self.end, self._clock(), False
+                return self.end
+        return pos
+
+    def _set(self, t: float) -> None:
+        self._anchor_pos = min(max(t, self.start), self.end)
+        self._anchor_clock = self._clock()
+
+    def play(self, on: bool | None = None) -> bool:
+        """Play or pause (toggle when `on` is None); playing from the end starts again from the start."""
+        pos = self.position()
+        on = (not self.playing) if on is None else on
+        if on and pos >= self.end:
+            pos = self.start
+        self._set(pos)
+        self.playing = on
+        return on
+
+    def step(self, seconds: float) -> float:
+        self._set(self.position() + seconds)
+        return self._anchor_pos
+
+    def seek(self, t: float) -> float:
+        self._set(t)
+        return self._anchor_pos
+
+    def seek_text(self, text: str) -> float:
+        """Jump to a moment written as `parse_moment` accepts; ValueError says what is accepted."""
+        return self.seek(parse_moment(text, self.start, self.end))
+
+    def faster(self) -> float:
+        return self._set_speed(next((s for s in SPEEDS if s > self.speed), SPEEDS[-1]))
+
+    def slower(self) -> float:
+        return self._set_speed(next((s for s in reversed(SPEEDS) if s < self.speed), SPEEDS[0]))
+
+    def _set_speed(self, speed: float) -> float:
+        self._set(self.position())
+        self.speed = speed
+        return speed
+
+    @property
+    def marks(self) -> tuple[Mark, ...]:
+        return self._marks
+
+    def next_mark(self, direction: int = 1, kinds: Iterable[str] | None = None) -> Mark | None:
+        """Jump to the next (or previous) mark of `kinds` (any of MARK_KINDS by default)."""
+        wanted = set(kinds) if kinds is not None else set(MARK_KINDS) | {m.kind for m in self._marks}
+        pos = self.position()
+        candidates = [m for m in self._marks if m.kind in wanted and self.start <= m.t <= self.end]
+        if direction > 0:
+            found = next((m for m in candidates if m.t > pos + 1e-6), None)
+        else:
+            found = next((m for m in reversed(candidates) if m.t < pos - 1e-6), None)
+        if found is not None:
+            self._set(found.t)
+        return found
+
+    def state(self) -> TimelineState:
+        pos = self.position()
+        return TimelineState(
+            name=self.name, start=self.start, end=self.end, position=pos, playing=self.playing, speed=self.speed,
+            marks=self._marks, damage=self._source.recording.damage_summary(), at_end=pos >= self.end,
+        )
+
+    def describe(self, t: float | None = None) -> str:
+        t = self.position() if t is None else t
+        return format_moment(t)
+

@@ -1,0 +1,543 @@
+"""The recording file: SQLite (standard library), WAL, append-only, one transaction about once a second.
+
+Tables (format 1):
+
+- `meta(key, value)`: format version, lpxtop version, host, when it began, the engine's window settings;
+- `layouts(name, fields)`: each record type's field names, in the order its values are stored
+  (see codec.py): how a newer lpxtop reads an older file, and the reverse for fields it does not know;
+- `chunks`: the event stream, its events as zlib-compressed JSON arrays of `[t, type, values]`, numbered
+  in the order the engine's loop produced them (`seq_first`..`seq_last`), which is the order replay
+  applies them in. Each commit (about a second) adds a chunk; once a minute the writer replaces that
+  minute's chunks with one (`compact`), in one transaction: compressing a minute at once takes ~40 %
+  less room than a second at a time (the same field names, endpoint names, models and ports recur),
+  and a row a minute instead of one a second wastes less of SQLite's pages;
+- `keyframes`: every minute, the published snapshot without its sample windows, placed after the event
+  `after_seq`. Replay starts from one instead of from the beginning, and retention can drop what is
+  older;
+- `marks`: alerts that began, restarts, load-test steps and bookmarks, uncompressed, by time.
+
+The format version is SQLite's `user_version` (readable however damaged `meta` is) and the file is
+marked with an `application_id`, so retention never deletes a file lpxtop did not write.
+
+Damage: a killed writer loses at most the last uncommitted second (WAL); a truncated or corrupt file is
+read chunk by chunk, the unreadable ones counted and reported (`StoreReader.damage`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT_VERSION = 1
+OLDEST_READABLE = 1
+APPLICATION_ID = 0x6C707872  # "lpxr"
+# Consecutive missing or unreadable rows after which the row-by-row salvage stops looking.
+SALVAGE_GAP = 20_000
+ZLIB_LEVEL = 6
+WAL_CHECKPOINT_PAGES = 256
+WAL_SIZE_LIMIT = 2_000_000
+COMPACT_LEVEL = 9
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS layouts (name TEXT PRIMARY KEY, fields TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY,
+    seq_first INTEGER NOT NULL,
+    seq_last INTEGER NOT NULL,
+    t_first REAL NOT NULL,
+    t_last REAL NOT NULL,
+    codec TEXT NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_t_last ON chunks (t_last);
+CREATE UNIQUE INDEX IF NOT EXISTS chunks_seq_last ON chunks (seq_last);
+CREATE TABLE IF NOT EXISTS keyframes (
+    id INTEGER PRIMARY KEY,
+    after_seq INTEGER NOT NULL,
+    t REAL NOT NULL,
+    codec TEXT NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS keyframes_t ON keyframes (t);
+CREATE TABLE IF NOT EXISTS marks (id INTEGER PRIMARY KEY, t REAL NOT NULL, kind TEXT NOT NULL, payload TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS marks_t ON marks (t);
+"""
+
+
+class RecordingError(Exception):
+    """A recording cannot be created, opened or read; the message says why and what to do."""
+
+
+def dump(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def pack(value: Any, level: int = ZLIB_LEVEL) -> tuple[str, bytes]:
+    """JSON, zlib-compressed when that makes it smaller ("z"), else as is ("j")."""
+    return pack_raw(dump(value), level)
+
+
+def pack_raw(raw: bytes, level: int = ZLIB_LEVEL) -> tuple[str, bytes]:
+    packed = zlib.compress(raw, level)
+    return ("z", packed) if len(packed) < len(raw) else ("j", raw)
+
+
+def unpack(codec: str, data: bytes) -> Any:
+    if codec == "z":
+        data = zlib.decompress(data)
+    elif codec != "j":
+        raise ValueError(f"unknown chunk codec {codec!r}")
+    return json.loads(data)
+
+
+def is_recording(path: str | Path) -> bool:
+    """True when `path` is a SQLite file carrying lpxtop's application id (read from its header only)."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+    except OSError:
+        return False
+    return (len(header) == 100 and header.startswith(b"SQLite format 3\x00")
+            and int.from_bytes(header[68:72], "big") == APPLICATION_ID)
+
+
+def _clock(t: float) -> str:
+    import time
+
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def _sqlite_problem(exc: BaseException) -> str:
+    text = str(exc)
+    if "full" in text:
+        return f"the disk is full ({text})"
+    if "readonly" in text or "read-only" in text or "unable to open" in text or isinstance(exc, PermissionError):
+        return f"cannot write there ({text})"
+    return text
+
+
+class StoreWriter:
+    """Creates a new recording and appends to it. Used from one thread (the recorder's writer)."""
+
+    def __init__(self, path: str | Path, meta: Mapping[str, Any]) -> None:
+        self.path = Path(path)
+        if self.path.exists():
+            raise RecordingError(f"{self.path} already exists: lpxtop does not append to a recording; "
+                                 "choose another file name (or leave --out out for a new one)")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except (OSError, sqlite3.Error) as exc:
+            raise RecordingError(f"cannot create {self.path}: {_sqlite_problem(exc)}") from None
+        try:
+            db = self._db
+            db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # before any table: lets retention give space back
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            db.execute(f"PRAGMA user_version = {FORMAT_VERSION}")
+            mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise RecordingError(f"{self.path}: SQLite refused WAL mode ({mode}); record to a local disk")
+            # WAL + NORMAL: a commit survives the process being killed (not a power cut: then the last
+            # second or so may go), and commits do not wait for the disk.
+            db.execute("PRAGMA synchronous = NORMAL")
+            # Each commit appends its pages (~4 a second) to the log: fold them into the file about once a
+            # minute and keep the log file itself small.
+            db.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
+            db.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
+            db.executescript(SCHEMA)
+            with self.transaction():
+                self._put_meta({"format_version": FORMAT_VERSION, **meta})
+            # The chunks committed since the last compaction: (id, seq_first, seq_last, t_first, t_last, raw)
+            self._recent: list[tuple[int, int, int, float, float, bytes]] = []
+            self._recent_bytes = 0
+            self.payload_bytes = 0  # compressed bytes of the chunks and keyframes now in the file
+        except sqlite3.Error as exc:
+            self.close()
+            raise RecordingError(f"cannot write {self.path}: {_sqlite_problem(exc)}") from None
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            yield db
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def _put_meta(self, meta: Mapping[str, Any]) -> None:
+        self._db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                             [(k, json.dumps(v)) for k, v in meta.items()])
+
+    def write(
+        self,
+        *,
+        layouts: Iterable[tuple[str, Iterable[str]]] = (),
+        events: list[tuple[int, float, str, Any]] = (),  # type: ignore[assignment]
+        keyframes: Iterable[tuple[int, float, Any]] = (),
+        marks: Iterable[tuple[float, str, Mapping[str, Any]]] = (),
+        meta: Mapping[str, Any] | None = None,
+    ) -> int:
+        """One transaction: new layouts, one chunk of events (seq, t, type, values), keyframes
+        (after_seq, t, values), marks (t, kind, payload). Returns the bytes written for the chunk.
+        Raises sqlite3.Error / OSError (the recorder stops on those)."""
+        written = 0
+        with self.transaction() as db:
+            for name, fields in layouts:
+                db.execute("INSERT OR REPLACE INTO layouts (name, fields) VALUES (?, ?)", (name, json.dumps(list(fields))))
+            if events:
+                raw = dump([[t, name, values] for _, t, name, values in events])
+                codec, data = pack_raw(raw)
+                row = (events[0][0], events[-1][0], min(e[1] for e in events), max(e[1] for e in events))
+                cursor = db.execute(
+                    "INSERT INTO chunks (seq_first, seq_last, t_first, t_last, codec, data) VALUES (?, ?, ?, ?, ?, ?)",
+                    (*row, codec, data),
+                )
+                self._recent.append((int(cursor.lastrowid or 0), *row, raw))
+                self._recent_bytes += len(data)
+                written += len(data)
+            for after_seq, t, values in keyframes:
+                codec, data = pack(values)
+                db.execute("INSERT INTO keyframes (after_seq, t, codec, data) VALUES (?, ?, ?, ?)",
+                           (after_seq, t, codec, data))
+                written += len(data)
+            for t, kind, payload in marks:
+                db.execute("INSERT INTO marks (t, kind, payload) VALUES (?, ?, ?)",
+                           (t, kind, json.dumps(dict(payload), ensure_ascii=False)))
+            if meta:
+                self._put_meta(meta)
+        self.payload_bytes += written
+        return written
+
+    def compact(self) -> int:
+        """Replace the chunks committed since the last call by one, compressed together (one transaction,
+        so a crash leaves either form). Returns the bytes of the new chunk (0 when there was nothing)."""
+        recent, self._recent = self._recent, []
+        old_bytes, self._recent_bytes = self._recent_bytes, 0
+        if len(recent) < 2:
+            return 0
+        raw = b"[" + b",".join(r[5][1:-1] for r in recent if len(r[5]) > 2) + b"]"
+        codec, data = pack_raw(raw, COMPACT_LEVEL)
+        with self.transaction() as db:
+            db.executemany("DELETE FROM chunks WHERE id = ?", [(r[0],) for r in recent])
+            db.execute(
+                "INSERT INTO chunks (seq_first, seq_last, t_first, t_last, codec, data) VALUES (?, ?, ?, ?, ?, ?)",
+                (recent[0][1], recent[-1][2], min(r[3] for r in recent), max(r[4] for r in recent), codec, data),
+            )
+        self.payload_bytes += len(data) - old_bytes
+        return len(data)
+
+    def size_bytes(self) -> int:
+        total = 0
+        for suffix in ("", "-wal"):
+            with contextlib.suppress(OSError):
+                total += os.path.getsize(f"{self.path}{suffix}")
+        return total
+
+    def prune_before(self, t_cut: float) -> int:
+        """Drop what only moments before `t_cut` need: replay then starts at the newest keyframe at or
+        before `t_cut` (the keyframe carries the state). Returns the chunks dropped."""
+        db = self._db
+        row = db.execute("SELECT id, after_seq FROM keyframes WHERE t <= ? ORDER BY t DESC LIMIT 1", (t_cut,)).fetchone()
+        if row is None:
+            return 0
+        keep_id, after_seq = row
+        if any(r[2] <= after_seq for r in self._recent):
+            self.compact()  # keeps the bookkeeping simple: what is pruned next is all compacted
+        with self.transaction():
+            dropped = db.execute("DELETE FROM chunks WHERE seq_last <= ?", (after_seq,)).rowcount
+            db.execute("DELETE FROM keyframes WHERE id < ?", (keep_id,))
+            db.execute("DELETE FROM marks WHERE t < (SELECT t FROM keyframes WHERE id = ?)", (keep_id,))
+            self._put_meta({"pruned_after_seq": after_seq})
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("PRAGMA incremental_vacuum")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return dropped
+
+    def oldest_times(self, fraction: float) -> float | None:
+        """The time by which `fraction` of the stream's chunks were written (for size-based pruning)."""
+        db = self._db
+        count = db.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        if not count:
+            return None
+        row = db.execute("SELECT t_last FROM chunks ORDER BY id LIMIT 1 OFFSET ?",
+                         (max(0, int(count * fraction) - 1),)).fetchone()
+        return row[0] if row else None
+
+    def close(self) -> None:
+        db = getattr(self, "_db", None)
+        if db is None:
+            return
+        with contextlib.suppress(sqlite3.Error):
+            self.compact()
+        self._db = None  # type: ignore[assignment]
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        with contextlib.suppress(sqlite3.Error):
+            db.close()
+
+
+@dataclass
+class ChunkRow:
+    id: int
+    seq_first: int
+    seq_last: int
+    t_first: float
+    t_last: float
+    events: list  # [t, type, values] each
+
+
+@dataclass
+class Damage:
+    """What could not be read, in a form a person can act on."""
+
+    lost_chunks: int = 0
+    lost_from: float | None = None
+    lost_to: float | None = None
+    problems: list[str] = field(default_factory=list)
+    lost_ids: set[int] = field(default_factory=set)
+
+    def note(self, problem: str, chunk_id: int | None = None, t: tuple[float, float] | None = None) -> None:
+        if chunk_id is not None:
+            if chunk_id in self.lost_ids:
+                return
+            self.lost_ids.add(chunk_id)
+            self.lost_chunks += 1
+        if t is not None:
+            self.lost_from = t[0] if self.lost_from is None else min(self.lost_from, t[0])
+            self.lost_to = t[1] if self.lost_to is None else max(self.lost_to, t[1])
+        if len(self.problems) < 20 and problem not in self.problems:
+            self.problems.append(problem)
+
+    @property
+    def any(self) -> bool:
+        return bool(self.problems)
+
+
+class StoreReader:
+    """Reads a recording, also one being written by another process, and also a damaged one."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            raise RecordingError(f"{self.path}: no such file")
+        if not is_recording(self.path):
+            raise RecordingError(f"{self.path} is not an lpxtop recording (no SQLite header with lpxtop's id)")
+        self.damage = Damage()
+        self._db, self.version = self._open()
+        if self.version > FORMAT_VERSION:
+            raise RecordingError(
+                f"{self.path} was written by a newer lpxtop (recording format {self.version}; this lpxtop reads "
+                f"formats {OLDEST_READABLE} to {FORMAT_VERSION}): upgrade lpxtop to read it"
+            )
+        if self.version < OLDEST_READABLE:
+            raise RecordingError(f"{self.path}: recording format {self.version} is too old for this lpxtop")
+        self.meta = self._read_meta()
+        self.layouts = self._read_layouts()
+
+    def _open(self) -> tuple[sqlite3.Connection, int]:
+        problem: BaseException | None = None
+        # Read-write when allowed (SQLite then replays the WAL a killed writer left behind), else read-only.
+        for target, uri in ((str(self.path), False), (f"file:{self.path}?mode=ro", True)):
+            try:
+                db = sqlite3.connect(target, uri=uri, isolation_level=None, check_same_thread=False)
+            except sqlite3.Error as exc:
+                problem = exc
+                continue
+            try:
+                db.execute("PRAGMA query_only = ON")
+                return db, int(db.execute("PRAGMA user_version").fetchone()[0])
+            except sqlite3.DatabaseError as exc:
+                problem = exc
+            try:
+                # A file cut short (copied while written, a full disk): SQLite refuses it as a whole unless
+                # told to trust the pages that are there. Safe here: this connection never writes.
+                db.execute("PRAGMA writable_schema = ON")
+                version = int(db.execute("PRAGMA user_version").fetchone()[0])
+                self.damage.note("the file is shorter than SQLite's header says (truncated): what is missing "
+                                 "is skipped")
+                return db, version
+            except sqlite3.DatabaseError as exc:
+                problem = exc
+                db.close()
+        raise RecordingError(f"{self.path}: cannot open the recording: {problem}")
+
+    def _read_meta(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {}
+        try:
+            for key, value in self._db.execute("SELECT key, value FROM meta"):
+                with contextlib.suppress(ValueError):
+                    meta[key] = json.loads(value)
+        except sqlite3.Error as exc:
+            self.damage.note(f"the recording's settings could not be read ({exc}); defaults used")
+        return meta
+
+    def _read_layouts(self) -> dict[str, list[str]]:
+        layouts: dict[str, list[str]] = {}
+        try:
+            for name, fields in self._db.execute("SELECT name, fields FROM layouts"):
+                layouts[name] = json.loads(fields)
+        except (sqlite3.Error, ValueError) as exc:
+            self.damage.note(f"the record layouts could not be read ({exc}): nothing can be decoded")
+        return layouts
+
+    def refresh(self) -> None:
+        """Pick up layouts a live writer added since opening."""
+        with contextlib.suppress(sqlite3.Error, ValueError):
+            for name, fields in self._db.execute("SELECT name, fields FROM layouts"):
+                self.layouts[name] = json.loads(fields)
+
+    def time_range(self) -> tuple[float, float] | None:
+        """First and last event times (from the intact chunks), or None for an empty recording."""
+        for sql in ("SELECT min(t_first), max(t_last) FROM chunks", None):
+            if sql is None:
+                break
+            try:
+                row = self._db.execute(sql).fetchone()
+                if row and row[0] is not None:
+                    return float(row[0]), float(row[1])
+                return None
+            except sqlite3.Error:
+                pass
+        first = last = None
+        for chunk in self.chunks():
+            first = chunk.t_first if first is None else min(first, chunk.t_first)
+            last = chunk.t_last if last is None else max(last, chunk.t_last)
+        return (first, last) if first is not None and last is not None else None
+
+    def chunks(
+        self, *, after_seq: int | None = None, t_from: float | None = None, t_to: float | None = None
+    ) -> Iterator[ChunkRow]:
+        """Chunks in stream order holding events after `after_seq` and overlapping [t_from, t_to];
+        unreadable ones are skipped and noted in `damage`."""
+        where, args = ["1"], []
+        if after_seq is not None:
+            where.append("seq_last > ?")
+            args.append(after_seq)
+        if t_from is not None:
+            where.append("t_last >= ?")
+            args.append(t_from)
+        if t_to is not None:
+            where.append("t_first <= ?")
+            args.append(t_to)
+        sql = ("SELECT id, seq_first, seq_last, t_first, t_last, codec, data FROM chunks WHERE "
+               + " AND ".join(where) + " ORDER BY seq_last")
+        last_id = 0
+        try:
+            for row in self._db.execute(sql, args):
+                last_id = row[0]
+                chunk = self._decode_chunk(row)
+                if chunk is not None:
+                    yield chunk
+            return
+        except sqlite3.DatabaseError as exc:
+            self.damage.note(f"the chunk table is damaged after chunk {last_id} ({exc}); reading the rest row by row")
+        yield from self._salvage(last_id + 1, after_seq, t_from, t_to)
+
+    def _salvage(self, start_id: int, after_seq: int | None, t_from: float | None, t_to: float | None) -> Iterator[ChunkRow]:
+        """Row by row, after the table itself failed: unreadable rows are counted, the readable ones kept."""
+        misses = 0
+        chunk_id = start_id
+        failed: list[int] = []
+        last_ok: tuple[int, float] | None = None  # id and end time of the last readable row
+        while misses < SALVAGE_GAP:
+            try:
+                row = self._db.execute(
+                    "SELECT id, seq_first, seq_last, t_first, t_last, codec, data FROM chunks WHERE id = ?", (chunk_id,)
+                ).fetchone()
+            except sqlite3.DatabaseError:
+                row = None
+                failed.append(chunk_id)
+            chunk_id += 1
+            if row is None:
+                misses += 1
+                continue
+            misses = 0
+            last_ok = (row[0], row[4])
+            if after_seq is not None and row[2] <= after_seq:
+                continue
+            if (t_from is not None and row[4] < t_from) or (t_to is not None and row[3] > t_to):
+                continue
+            chunk = self._decode_chunk(row)
+            if chunk is not None:
+                yield chunk
+        for lost in failed:
+            if last_ok is not None and lost < last_ok[0]:
+                self.damage.note("some chunks are unreadable (the file is damaged)", lost)
+        if failed and (last_ok is None or failed[-1] > last_ok[0]):
+            after = f" after {_clock(last_ok[1])}" if last_ok is not None else ""
+            self.damage.note(f"nothing{after} could be read: the rest of the file is damaged or missing")
+
+    def _decode_chunk(self, row: tuple) -> ChunkRow | None:
+        chunk_id, seq_first, seq_last, t_first, t_last, codec, data = row
+        try:
+            events = unpack(codec, data)
+            if not isinstance(events, list) or len(events) != seq_last - seq_first + 1:
+                raise ValueError("wrong number of events")
+        except (zlib.error, ValueError, TypeError) as exc:
+            self.damage.note(f"chunk {chunk_id} is corrupt ({exc})", chunk_id, (t_first, t_last))
+            return None
+        return ChunkRow(chunk_id, seq_first, seq_last, t_first, t_last, events)
+
+    def keyframe_before(self, t: float, strictly: bool = True) -> tuple[int, float, Any] | None:
+        """The newest readable keyframe before `t`: (after_seq, t, values)."""
+        op = "<" if strictly else "<="
+        try:
+            rows = self._db.execute(
+                f"SELECT id, after_seq, t, codec, data FROM keyframes WHERE t {op} ? ORDER BY t DESC LIMIT 5", (t,)
+            ).fetchall()
+        except sqlite3.DatabaseError as exc:
+            self.damage.note(f"the keyframes are damaged ({exc}); replaying from the beginning")
+            return None
+        for kid, after_seq, kt, codec, data in rows:
+            try:
+                return after_seq, kt, unpack(codec, data)
+            except (zlib.error, ValueError) as exc:
+                self.damage.note(f"keyframe {kid} is corrupt ({exc})")
+        return None
+
+    def first_keyframe(self) -> tuple[int, float, Any] | None:
+        try:
+            row = self._db.execute("SELECT after_seq, t, codec, data FROM keyframes ORDER BY t LIMIT 1").fetchone()
+            return (row[0], row[1], unpack(row[2], row[3])) if row else None
+        except (sqlite3.DatabaseError, zlib.error, ValueError):
+            return None
+
+    def marks(self) -> list[tuple[float, str, dict]]:
+        try:
+            rows = self._db.execute("SELECT t, kind, payload FROM marks ORDER BY t, id").fetchall()
+        except sqlite3.DatabaseError as exc:
+            self.damage.note(f"the marks (alerts, bookmarks, load steps) are damaged ({exc})")
+            return []
+        marks = []
+        for t, kind, payload in rows:
+            try:
+                marks.append((t, kind, json.loads(payload)))
+            except ValueError:
+                marks.append((t, kind, {}))
+        return marks
+
+    def chunk_count(self) -> int | None:
+        with contextlib.suppress(sqlite3.Error):
+            return int(self._db.execute("SELECT count(*) FROM chunks").fetchone()[0])
+        return None
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._db.close()
+
+    def __enter__(self) -> StoreReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
