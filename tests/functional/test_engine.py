@@ -150,20 +150,22 @@ def test_collect_once_joins_gpu_processes_to_the_endpoint_they_serve(monkeypatch
 
 
 def test_collect_once_gives_a_failed_last_scrape_one_more_try():
-    """`once` reports what the last scrape saw: one passing failure there (an HTTP 500 here) must not
-    blank the server's figures. Real sockets: the sim answers the probes, a stdlib server /metrics."""
+    """`once` reports what the last scrape saw: a passing failure there (an HTTP 500 here, while the
+    probe runs) must not blank the server's figures. Real sockets: the sim answers the probes, a
+    stdlib server /metrics."""
     import http.server
 
     from lpxtop.engine.servers import ServerScraper
 
     page = (Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
             / "llamacpp-server-0c1e5709-local-capture-after-load.txt").read_bytes()
-    hits: list[int] = []
+    codes: list[int] = []
+    probed = threading.Event()
 
     class Metrics(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - the stdlib's name
-            hits.append(1)
-            code, body = (500, b"busy") if len(hits) == 2 else (200, page)  # the second scrape fails
+            code, body = (200, page) if probed.is_set() else (500, b"busy")  # failing while the probe runs
+            codes.append(code)
             self.send_response(code)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(body)))
@@ -176,14 +178,16 @@ def test_collect_once_gives_a_failed_last_scrape_one_more_try():
     metrics = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
     threading.Thread(target=metrics.serve_forever, daemon=True).start()
     try:
-        with start_sim_in_thread(SimConfig(model="m", ttft_ms=2, itl_ms=1)) as sim:
+        with start_sim_in_thread(SimConfig(model="m", ttft_ms=80, itl_ms=1)) as sim:
             ep = endpoint(sim.url, model="m", metrics_url=f"http://127.0.0.1:{metrics.server_port}/metrics")
-            snap = Engine([ep], scraper_factory=ServerScraper).collect_once(samples=1, timeout_s=30)
+            engine = Engine([ep], scraper_factory=ServerScraper)
+            engine.add_listener(lambda event: probed.set() if type(event).__name__ == "SampleEvent" else None)
+            snap = engine.collect_once(samples=1, timeout_s=30)
     finally:
         metrics.shutdown()
         metrics.server_close()
     server = snap.endpoints[0].server
-    assert len(hits) == 3
+    assert codes[0] == 500 and codes[-1] == 200, codes
     assert server is not None and (server.status, server.kind) == ("ok", "llamacpp"), server
     assert server.requests_running is not None
 
