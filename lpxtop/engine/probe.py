@@ -65,7 +65,7 @@ def build_body(endpoint: EndpointConfig, model: str | None, include_usage: bool 
 
 
 def endpoint_path(endpoint: EndpointConfig) -> str:
-    return endpoint.url.rstrip("/") + ("/completions" if endpoint.api == "completions" else "/chat/completions")
+    return endpoint.api_url("/completions" if endpoint.api == "completions" else "/chat/completions")
 
 
 @dataclass
@@ -464,7 +464,7 @@ async def fetch_models(client: HttpClient, endpoint: EndpointConfig, timeout_s: 
     """Model ids from GET /v1/models, or () and a classified '<kind>: <message>' error."""
     try:
         response = await client.get(
-            endpoint.url.rstrip("/") + "/models",
+            endpoint.api_url("/models"),
             headers=request_headers(endpoint, stream=False),
             timeout=Timeout(connect=min(timeout_s, endpoint.connect_timeout_s), read=timeout_s, write=timeout_s, pool=timeout_s),
         )

@@ -113,7 +113,7 @@ class EndpointView:
 
         return {
             "name": self.config.name,
-            "url": self.config.url,
+            "url": self.config.display_url,
             "model": self.model,
             "server_kind": self.server_kind,
             "status": "down" if self.status == "pending" else self.status,
