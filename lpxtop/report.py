@@ -45,7 +45,7 @@ def _num(value: float | None, fmt: str = "{:.0f}") -> str:
 
 
 def _pct(value: float | None) -> str:
-    return f"{value * 100:.0f}%" if _finite(value) else "--"
+    return f"{value * 100:.0f}%" if _finite(value) and _finite(value * 100) else "--"
 
 
 def render_table(snapshot: Snapshot) -> str:

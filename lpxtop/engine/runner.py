@@ -356,11 +356,18 @@ class Engine:
                         task.cancel()
                     await asyncio.gather(*pending, return_exceptions=True)
                     for state in self._states.values():
-                        if state.in_flight:  # the probe that was cut is a failure the report names
-                            state.in_flight = False
-                            self._record(state, _failed_sample(
-                                state.config, f"deadline: the probe was still running when --deadline "
-                                f"({timeout_s:g} s) passed"))
+                        # the probe that was cut, or an endpoint that never got to probe, is a failure the
+                        # report names (kind "deadline")
+                        if state.in_flight:
+                            why = "the probe was still running"
+                        elif state.window.sent == 0:
+                            why = ("no probe could start (GET /v1/models had not answered)" if not state.models_known
+                                   else "no probe had finished")
+                        else:
+                            continue
+                        state.in_flight = False
+                        self._record(state, _failed_sample(
+                            state.config, f"deadline: {why} when --deadline ({timeout_s:g} s) passed"))
                 models = [s.models_task for s in self._states.values() if s.models_task is not None]
                 if models:
                     await _within(asyncio.gather(*models, return_exceptions=True), left(), "GET /models")

@@ -20,7 +20,7 @@ from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.functional.simhelpers import endpoint
 
-PROBES = 40
+PROBES = 30
 MEAN_GAP_S = 0.05
 ALPHA = 1e-4  # the chance the test may fail on a correct schedule (DKW bound below)
 
