@@ -53,7 +53,7 @@ PUBLISH_EVERY_S = 0.5
 VIEW_MAX_AGE_S = 10.0
 HEARTBEAT_S = 1.0
 WORKER_THREADS = 3  # asyncio.to_thread pool: GPU, host and ports, and the endpoints' /metrics parsing
-MODELS_TIMEOUT_S = 5.0  # GET /v1/models as a whole (a body that trickles is cut here)
+MODELS_TIMEOUT_S = 5.0  # GET /v1/models as a whole, or the endpoint's --timeout when shorter (a trickle is cut)
 MODELS_RECHECK_S = 60.0
 # `once`: the mean gap between probes when --interval is not given, and between scrapes while probing
 ONCE_INTERVAL_S = 0.2
@@ -567,7 +567,14 @@ class Engine:
         return sample
 
     def _record(self, state: _EndpointState, sample: Sample) -> None:
-        """Put a finished probe into the window; a sample the statistics cannot take is logged, not fatal."""
+        """Put a finished probe into the window; a sample the statistics cannot take is logged, not fatal.
+
+        The server's words in it (an error message that may echo the request's key, a model id with
+        terminal escapes) pass through `textsafe.scrub` here, where they enter the engine's records,
+        so every reader (UI, JSON, table, listeners) gets them clean."""
+        message, model = sample.error_message, sample.model
+        if (message and scrub(message) != message) or (model and scrub(model) != model):
+            sample = replace(sample, error_message=scrub(message), model=scrub(model))
         try:
             state.window.add(sample)
         except Exception:  # noqa: BLE001 - no sample may stop an endpoint's probe loop
@@ -597,11 +604,12 @@ class Engine:
         return state.model, None
 
     async def _check_models(self, state: _EndpointState, client: HttpClient) -> str | None:
-        """Ask GET /v1/models, bounded as a whole; returns the error, if any."""
+        """Ask GET /v1/models, bounded as a whole (as the endpoint's requests are); returns the error, if any."""
+        limit = min(MODELS_TIMEOUT_S, state.config.timeout_s)
         try:
-            ids, error = await asyncio.wait_for(fetch_models(client, state.config), MODELS_TIMEOUT_S)
+            ids, error = await asyncio.wait_for(fetch_models(client, state.config, limit), limit)
         except asyncio.TimeoutError:
-            ids, error = (), f"read_timeout: GET /models did not finish within {MODELS_TIMEOUT_S:g} s"
+            ids, error = (), f"read_timeout: GET /models did not finish within {limit:g} s"
         ids = tuple(t for t in (scrub(i) for i in ids) if t)  # model ids are outside text
         # on failure nothing is known to be served: a stale list would hide a port taken over by another process
         state.served_models = ids
