@@ -439,6 +439,7 @@ class Engine:
             log.exception("engine loop failed")
         finally:
             with contextlib.suppress(Exception):
+                _finish_tasks(loop)
                 loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
             self._ready.set()
@@ -789,6 +790,16 @@ class Engine:
             except Exception:  # noqa: BLE001
                 log.exception("alert rules failed")
         return snapshot
+
+
+def _finish_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks still pending when the engine stops (a scraper's own, say) and let them end, as
+    asyncio.run does: none is destroyed pending, and their connections close on a loop that still runs."""
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
 
 
 def client_was_late(lag_ns: int, wait_ns: int | None, took_ns: int) -> bool:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 
@@ -18,6 +16,7 @@ from lpxtop.engine.discovery import discover
 from lpxtop.engine.runner import Engine, EngineSettings
 from lpxtop.engine.stats import EndpointWindow
 from lpxtop.jsonout import dumps
+from tests.functional.cli_inprocess import run_cli
 from tests.functional.hostile_http import HostileServer, hang, models, send, stream, trickle
 from tests.functional.simhelpers import endpoint
 from tests.hostile_values import HOSTILE_FLOATS, poisoned
@@ -33,13 +32,6 @@ def _strict_json(text: str):
         raise ValueError(f"not JSON: {constant}")
 
     return json.loads(text, parse_constant=refuse)
-
-
-def _lpxtop(*args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess, float]:
-    began = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "lpxtop", *args], capture_output=True, text=True, timeout=timeout,
-                         cwd=REPO)
-    return out, time.monotonic() - began
 
 
 def _first_sample(engine: Engine, timeout: float = 10.0) -> float:
@@ -82,21 +74,23 @@ def test_a_sample_the_statistics_cannot_take_does_not_stop_the_probe_loop(monkey
     assert calls["n"] >= 4  # the loop went on after the failure
 
 
-def test_once_ends_within_its_deadline_when_models_trickle():
+def test_once_ends_within_its_deadline_when_models_trickle(capsys):
     stop = threading.Event()
     body = json.dumps({"data": [{"id": "m"}]}).encode()
     routes = {"GET /v1/models": trickle(body, 0.5, stop=stop), "POST /v1/chat/completions": stream(),
               "GET /metrics": trickle(b"vllm:num_requests_running 1\n", 0.5, stop=stop)}
     with HostileServer(routes) as server:
+        began = time.monotonic()
         try:
-            out, took = _lpxtop("once", server.url, "--deadline", "2", "--json", "--no-discover")
+            out = run_cli(capsys, "once", server.url, "--deadline", "1", "--json", "--no-discover")
         finally:
             stop.set()
+        took = time.monotonic() - began
     doc = _strict_json(out.stdout)
     assert out.returncode == 1, out.stderr
     (e,) = doc["endpoints"]
     assert e["status"] == "down" and e["last_error"].startswith("deadline: no probe could start"), e
-    assert took < 2 + 3.0, took  # the deadline, plus the interpreter's start and the report
+    assert took < 1 + 1.5, took  # the deadline, plus the port check and the report
 
 
 def test_discovery_ends_by_its_deadline_whatever_the_candidates_do():
@@ -151,13 +145,13 @@ vllm:num_preemptions_total{engine="0",model_name="m"} 1e400
 """
 
 
-def test_once_json_is_valid_and_the_table_prints_against_hostile_numbers():
+def test_once_json_is_valid_and_the_table_prints_against_hostile_numbers(capsys):
     usage = {"prompt_tokens": 10**400, "completion_tokens": 10**400, "total_tokens": -1}
     routes = {"GET /v1/models": models("m"), "POST /v1/chat/completions": stream("a b c", usage=usage),
               "GET /metrics": lambda h: send(h, 200, METRICS_PAGE, "text/plain; version=0.0.4")}
     with HostileServer(routes) as server:
-        out, _ = _lpxtop("once", server.url, "--samples", "2", "--json", "--no-discover")
-        table, _ = _lpxtop("once", server.url, "--samples", "1", "--no-discover")
+        out = run_cli(capsys, "once", server.url, "--samples", "2", "--json", "--no-discover")
+        table = run_cli(capsys, "once", server.url, "--samples", "1", "--no-discover")
     assert out.returncode in (0, 1) and "Traceback" not in out.stderr, out.stderr
     doc = _strict_json(out.stdout)
     assert doc["endpoints"][0]["probes"]["sent"] == 2

@@ -9,17 +9,13 @@ import socket
 import subprocess
 import sys
 
+from tests.functional.cli_inprocess import run_cli
 from tests.functional.hostile_http import HostileServer, models, send
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEYS = ("sk-live-cmdline-AAAA1111", "sk-live-keys-BBBB2222", "hf_token_CCCC3333", "bearer-DDDD4444",
         "short-k-EEEE5555", "env-key-FFFF6666")
 ESCAPES = ("\x1b]0;pwned\x07", "\x1b[2J", "\x1b[31m", "\x9b6n")
-
-
-def _lpxtop(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lpxtop", *args], capture_output=True, text=True, timeout=60,
-                          cwd=REPO, env={**os.environ, **(env or {})})
 
 
 def _assert_clean(text: str) -> None:
@@ -38,7 +34,7 @@ def _strings(value) -> list[str]:
     return []
 
 
-def test_a_process_command_line_with_keys_and_escapes_is_shown_masked():
+def test_a_process_command_line_with_keys_and_escapes_is_shown_masked(capsys, caplog):
     # A real process holds the port, with keys in every form on its command line and escapes around them.
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -51,14 +47,14 @@ def test_a_process_command_line_with_keys_and_escapes_is_shown_masked():
                               env={**os.environ, "OPENAI_API_KEY": KEYS[5]})
     try:
         assert holder.stdout.readline().strip() == "ready"
-        table = _lpxtop("once", f"127.0.0.1:{port}", "--samples", "1", "--model", "m", "--no-metrics", "--timeout", "0.5")
-        doc = _lpxtop("once", f"127.0.0.1:{port}", "--samples", "1", "--model", "m", "--no-metrics", "--timeout", "0.5",
-                      "--json")
+        common = ("once", f"127.0.0.1:{port}", "--samples", "1", "--model", "m", "--no-metrics", "--timeout", "0.5")
+        table = run_cli(capsys, *common)
+        doc = run_cli(capsys, *common, "--json")
     finally:
         holder.kill()
         holder.wait(5)
     _assert_clean(table.stdout + table.stderr)
-    _assert_clean(doc.stdout + doc.stderr)
+    _assert_clean(doc.stdout + doc.stderr + caplog.text)
     parsed = json.loads(doc.stdout)
     (held,) = [p for p in parsed["ports"] if p["port"] == port]
     assert held["pid"] == holder.pid and "--api-key ***" in held["cmdline"] and "-k ***" in held["cmdline"]
@@ -66,7 +62,7 @@ def test_a_process_command_line_with_keys_and_escapes_is_shown_masked():
         _assert_clean(text)
 
 
-def test_a_server_s_model_ids_and_error_messages_are_shown_clean():
+def test_a_server_s_model_ids_and_error_messages_are_shown_clean(capsys, caplog, monkeypatch):
     key = "sk-live-probe-GGGG7777"
     evil_model = "\x1b[2Jevil\x1b]0;title\x07-model"
 
@@ -76,15 +72,14 @@ def test_a_server_s_model_ids_and_error_messages_are_shown_clean():
         send(h, 401, body.encode())
 
     routes = {"GET /v1/models": models(evil_model), "POST /v1/chat/completions": unauthorized}
+    monkeypatch.setenv("LPXTOP_TEST_KEY", key)
     with HostileServer(routes) as server:
-        env = {"LPXTOP_TEST_KEY": key}
-        table = _lpxtop("once", server.url, "--samples", "1", "--no-metrics", "--api-key-env", "LPXTOP_TEST_KEY",
-                        env=env)
-        doc = _lpxtop("once", server.url, "--samples", "1", "--no-metrics", "--api-key-env", "LPXTOP_TEST_KEY",
-                      "--json", env=env)
+        common = ("once", server.url, "--samples", "1", "--no-metrics", "--api-key-env", "LPXTOP_TEST_KEY")
+        table = run_cli(capsys, *common)
+        doc = run_cli(capsys, *common, "--json")
     for out in (table, doc):
         assert out.returncode == 1, out.stderr
-        assert key not in out.stdout + out.stderr
+        assert key not in out.stdout + out.stderr + caplog.text
         assert "\x1b" not in out.stdout + out.stderr
     (e,) = json.loads(doc.stdout)["endpoints"]
     assert e["model"] == "evil-model" and e["last_error"].startswith("http_401")

@@ -26,7 +26,7 @@ async def test_every_screen_survives_hostile_numbers():
     async with app.run_test(size=SIZE) as pilot:
         app.poll()
         await pilot.pause()
-        for _ in snapshot.endpoints:  # each endpoint's detail, every tab, then the next row
+        for _ in snapshot.endpoints[:2]:  # the details with server figures and errors, every tab
             await pilot.press("enter")
             await pilot.pause()
             for tab in ("tab-charts", "tab-errors", "tab-settings"):
@@ -55,3 +55,18 @@ def test_sparklines_and_charts_take_only_finite_points():
     assert series.ys == (1.0, 3.0) and series.xs == (0, 7)
     spec = ChartSpec("t", hist_values=tuple(hostile), levels=(Level("p", float("nan")),), y_max=float("inf"))
     assert spec.hist_values == (1.0, 3.0) and spec.levels == () and spec.y_max is None
+
+
+async def test_the_detail_screen_counts_client_limited_probes():
+    from dataclasses import replace
+
+    from lpxtop.ui.screens.detail import render_summary
+    from tests.functional.test_ui_support import make_app
+
+    snapshot = fixed_snapshot()
+    view = replace(snapshot.endpoints[0], probes_client_limited=3)
+    _, app = make_app(snapshot)
+    async with app.run_test(size=SIZE):
+        text = render_summary(view, view.name, snapshot.wall_time, app.palette).plain
+    assert "3 client-limited" in text
+    assert "client-limited" not in render_summary(snapshot.endpoints[0], "x", snapshot.wall_time, app.palette).plain
