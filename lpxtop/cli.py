@@ -149,10 +149,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if command == "once":
         parser = argparse.ArgumentParser(
             prog="lpxtop once",
-            description="Probe each endpoint N times, at random gaps averaging --interval (0.2 s unless given), "
-            "while scraping each server's /metrics on a schedule of its own; then print a report (a table, or "
-            "JSON schema 1 with --json): the probes' percentiles, and what the server showed across the run "
-            "(last, max and mean of running, waiting and KV use). Never opens the dashboard.\n\n"
+            description="Probe each endpoint N times, at random gaps averaging --interval (0.2 s unless given),\n"
+            "while scraping each server's /metrics on a schedule of its own; then print a report (a table,\n"
+            "or JSON schema 1 with --json): the probes' percentiles, and what the server showed across the\n"
+            "run (last, max and mean of running, waiting and KV use). Never opens the dashboard.\n\n"
             "exit status: 0 every endpoint answered, 1 an endpoint is down, 2 usage or config error.",
             formatter_class=fmt,
         )

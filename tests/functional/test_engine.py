@@ -216,3 +216,23 @@ def test_listeners_get_every_input_and_a_failing_listener_is_dropped():
     samples = [e for e in seen if isinstance(e, SampleEvent)]
     assert all(e.endpoint == "sim" and e.sample.ok for e in samples)
     assert calls["bad"] == 1  # dropped after its first failure; the others kept getting events
+
+
+def test_once_reports_the_server_across_the_run_from_scrapes_of_its_own():
+    """Issue 19 item 5: what the server showed while `once` probed (last, max, mean of running and
+    waiting over scrapes on their own schedule), not one reading taken after lpxtop's probe ended."""
+    from lpxtop.engine.servers import ServerScraper
+
+    # 4 closed-loop clients in waves: 4 running all along, 5 while the probe has its slot
+    config = SimConfig(model="m", ttft_ms=10, itl_ms=2, max_num_seqs=8, wave_load=(4, 40))
+    with start_sim_in_thread(config) as sim:
+        ep = endpoint(sim.url, model="m", max_tokens=8)
+        snap = Engine([ep], scraper_factory=ServerScraper).collect_once(samples=4, timeout_s=30, interval_s=0.1)
+    view = snap.endpoints[0]
+    summary = view.server_summary
+    assert view.probes_ok == 4 and summary is not None and summary.scrapes >= 3, summary
+    running = summary.requests_running
+    assert 4 <= running.mean <= 5 and running.max in (4, 5) and running.count == summary.scrapes
+    doc = view.to_json()["server_while_probing"]
+    assert doc["scrapes"] == summary.scrapes and set(doc["requests_running"]) == {"last", "max", "mean"}
+    assert doc["kv_cache_usage"]["max"] <= 1.0
