@@ -85,8 +85,10 @@ def render_table(snapshot: Snapshot) -> str:
         if e.server_summary is not None:
             lines.append(f"{name}: {_server_line(e.server_summary)}")
         if e.probes_client_limited:
+            # counted when asked (--include-client-limited), or when no other probe succeeded
+            counted = "counted in the percentiles" if e.percentiles_with_client_limited else "left out of the percentiles"
             lines.append(f"{name}: {e.probes_client_limited} of {e.probes_sent} probes client-limited (lpxtop "
-                         "itself was late: its loop, or its wait for a CPU); left out of the percentiles")
+                         f"itself was late: its loop, or its wait for a CPU); {counted}")
         if e.last_error:
             lines.append(f"{name}: last error: {_text(e.last_error)}")
         if e.server is not None and e.server.status != "ok":

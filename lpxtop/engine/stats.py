@@ -23,7 +23,9 @@ class EndpointWindow:
     """The last `window_s` seconds (at most `max_samples`) of one endpoint's probes, plus lifetime counters.
 
     A `client_limited` probe (lpxtop itself was late while it ran) stays in the window and its counts,
-    but its times are left out of the percentiles unless `include_client_limited`.
+    but its times are left out of the percentiles unless `include_client_limited`, or unless no other
+    successful probe is in the window (then the percentiles come from the client-limited ones, and the
+    view says so: a marked figure rather than none, as for `once -n 1` on a busy host).
     """
 
     def __init__(
@@ -46,6 +48,9 @@ class EndpointWindow:
         # per probe instead of re-sorting ~4,600 ITL gaps for each summary. Arrays of doubles rather
         # than lists of floats: 8 bytes a value instead of 32.
         self._sorted: dict[str, array[float]] = {name: array("d") for name in (*_MEASURES, "itl_ms")}
+        # the same for the client-limited probes left out of them, and how many of each are in the window
+        self._limited: dict[str, array[float]] = {name: array("d") for name in (*_MEASURES, "itl_ms")}
+        self._counted = {False: 0, True: 0}
         self._approx = 0  # successful samples in the window whose token count is approximate
         # The summary depends on the samples alone: rebuilt only when a sample comes or goes, not for
         # each /metrics scrape or in-flight flag that also makes a new view.
@@ -82,6 +87,8 @@ class EndpointWindow:
         self.samples.clear()
         for name in self._sorted:
             self._sorted[name] = array("d")
+            self._limited[name] = array("d")
+        self._counted = {False: 0, True: 0}
         self._approx = 0
         self.server_history.clear()
         self.sent = self.ok = self.failed = self.client_limited = 0
@@ -104,14 +111,17 @@ class EndpointWindow:
         Only finite numbers enter (a 400-digit token count, or a measure computed from one, is left
         out): the same test on the way in and out keeps the arrays consistent.
         """
-        if not sample.ok or (sample.client_limited and not self.include_client_limited):
+        if not sample.ok:
             return
+        apart = sample.client_limited and not self.include_client_limited
+        arrays = self._limited if apart else self._sorted
+        self._counted[apart] += 1 if insert else -1
         change = _insert if insert else _remove
         for name in _MEASURES:
             value = _measure(sample, name)
             if value is not None:
-                change(self._sorted[name], value)
-        itl = self._sorted["itl_ms"]
+                change(arrays[name], value)
+        itl = arrays["itl_ms"]
         for gap in sample.itl_ms:
             if math.isfinite(gap):
                 change(itl, gap)
@@ -132,7 +142,10 @@ class EndpointWindow:
         self._prune(now)
         summary = self._summary
         if summary is None:
-            summary = self._summary = _Summary(tuple(self.samples), self._sorted, self._approx > 0)
+            only_limited = not self._counted[False] and self._counted[True] > 0
+            summary = self._summary = _Summary(tuple(self.samples), self._limited if only_limited else self._sorted,
+                                               self._approx > 0)
+            summary.with_client_limited = only_limited or (self.include_client_limited and self.client_limited > 0)
         server_summary = None
         if self.samples and self.last_sample_end is not None:
             server_summary = summarize_server(self.server_history, self.samples[0].wall_time, self.last_sample_end)
@@ -145,6 +158,7 @@ class EndpointWindow:
             probes_ok=self.ok,
             probes_failed=self.failed,
             probes_client_limited=self.client_limited,
+            percentiles_with_client_limited=summary.with_client_limited,
             errors=dict(self.errors),
             ttft_ms=summary.ttft_ms,
             itl_ms=summary.itl_ms,
@@ -207,7 +221,7 @@ class _Summary:
     """What a window's samples say, computed once per set of samples."""
 
     __slots__ = ("samples", "status", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s",
-                 "output_tokens", "output_tokens_approx")
+                 "output_tokens", "output_tokens_approx", "with_client_limited")
 
     def __init__(self, samples: tuple[Sample, ...], ordered: dict[str, array[float]], approx: bool) -> None:
         self.samples = samples
@@ -219,6 +233,7 @@ class _Summary:
         self.output_tokens_per_s = Percentiles.of_sorted(ordered["decode_tokens_per_s"])
         self.output_tokens = Percentiles.of_sorted(ordered["output_tokens"])
         self.output_tokens_approx = approx
+        self.with_client_limited = False
 
 
 # The per-sample measures summarized as percentiles (besides ITL, which has many values per sample).

@@ -90,6 +90,8 @@ class EndpointView:
     server_history: tuple[ServerPoint, ...] = ()
     in_flight: bool = False
     probes_client_limited: int = 0  # probes during which lpxtop itself was late (left out of percentiles by default)
+    # the percentiles count client-limited probes (asked for, or no other probe was in the window)
+    percentiles_with_client_limited: bool = False
     server_summary: ServerSummary | None = None  # the server's gauges across the probes' span
 
     @property
@@ -129,6 +131,7 @@ class EndpointView:
             "output_tokens_per_s": p(self.output_tokens_per_s),
             "output_tokens": p(self.output_tokens),
             "output_tokens_approximate": self.output_tokens_approx,
+            "latency_includes_client_limited": self.percentiles_with_client_limited,
             "server": self.server.to_json() if self.server is not None else None,
             "server_while_probing": self.server_summary.to_json() if self.server_summary is not None else None,
             "last_error": self.last_error,

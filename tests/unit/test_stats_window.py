@@ -103,9 +103,21 @@ def test_client_limited_probes_are_counted_and_left_out_of_the_percentiles_unles
         assert view.probes_sent == 2 and view.probes_client_limited == 1
         assert view.to_json()["probes"]["client_limited"] == 1
         assert view.ttft_ms.count == (2 if include else 1) and view.ttft_ms.max == (900.0 if include else 50.0)
+        assert view.percentiles_with_client_limited == include
         window.add(_ok(400.0, 60.0))  # the limited one leaves the window: taken out only where it was put in
         view = window.view(CONFIG, now=400.0, model="m", server=None, server_kind="vllm")
         assert view.ttft_ms.count == 1 and view.ttft_ms.p50 == 60.0
+
+
+def test_with_only_client_limited_probes_the_percentiles_come_from_them_marked():
+    window = EndpointWindow()
+    window.add(_ok(1.0, 900.0, client_limited=True))
+    view = window.view(CONFIG, now=2.0, model="m", server=None, server_kind="vllm")
+    assert view.ttft_ms.p50 == 900.0 and view.percentiles_with_client_limited
+    assert view.to_json()["latency_includes_client_limited"] is True
+    window.add(_ok(3.0, 50.0))  # a clean probe comes: the limited one is left out again
+    view = window.view(CONFIG, now=4.0, model="m", server=None, server_kind="vllm")
+    assert view.ttft_ms.count == 1 and view.ttft_ms.p50 == 50.0 and not view.percentiles_with_client_limited
 
 
 def test_a_sample_whose_numbers_do_not_fit_a_float_is_left_out_not_raised():
