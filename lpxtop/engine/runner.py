@@ -529,7 +529,6 @@ class Engine:
                 return
 
     async def _probe(self, state: _EndpointState, client: HttpClient) -> Sample | None:
-        lag_ns, wait_ns = 0, None
         try:
             model, error = await self._resolve_model(state, client)
             state.in_flight = True
@@ -538,6 +537,8 @@ class Engine:
             if model is None and error is not None:
                 sample = _failed_sample(state.config, error)
             else:
+                # lpxtop's own lateness while the probe runs: the loop's timer lag, the thread's CPU wait
+                lag_ns, wait_ns = 0, None
                 watch = self._lag.watch() if self._lag is not None else None
                 cpu_wait = self._cpu_wait
                 waited_before = cpu_wait.read() if cpu_wait is not None else None
