@@ -17,6 +17,7 @@ def build_engine(
     scrape_metrics: bool = True,
     discover: bool = False,
     readonly: bool = False,
+    include_client_limited: bool = False,
     alert_settings: Mapping[str, object] | None = None,
     gpu=None,
     engine_class: type[Engine] = Engine,
@@ -36,6 +37,7 @@ def build_engine(
         scrape_metrics=scrape_metrics,
         discover=discover,
         readonly=readonly,
+        include_client_limited=include_client_limited,
     )
     thresholds = AlertThresholds.from_mapping(dict(alert_settings or {}))
     return engine_class(

@@ -9,14 +9,23 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
-import json
 import logging
+import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from lpxtop import __version__
-from lpxtop.config import ConfigError, FileConfig, apply_overrides, endpoints_from_urls, load_config_file
+from lpxtop.config import (
+    MAX_SECONDS,
+    MIN_SECONDS,
+    ConfigError,
+    FileConfig,
+    apply_overrides,
+    endpoints_from_urls,
+    load_config_file,
+)
+from lpxtop.jsonout import dumps
 
 # Subcommands whose code lives in a package of its own: module -> `build_parser(command)` and
 # `run(command, args) -> int`. The module is imported only when its subcommand is used.
@@ -44,14 +53,23 @@ exit status (once): 0 every endpoint answered, 1 an endpoint is down, 2 usage or
 """
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
-    return value
+def _number(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a finite number between `low` and `high` (NaN, Infinity and 1e300 are usage errors)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} must be a number between {low:g} and {high:g}")
+        return value
+
+    return parse
+
+
+_seconds = _number(MIN_SECONDS, MAX_SECONDS)
+_finite = _number(-1e12, 1e12)
 
 
 def _positive_int(text: str) -> int:
@@ -59,8 +77,8 @@ def _positive_int(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    if not 0 < value <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number between 1 and 1000000")
     return value
 
 
@@ -74,25 +92,29 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
                    help="probe /v1/chat/completions (default) or /v1/completions")
     g.add_argument("--api-key-env", metavar="VAR",
                    help="environment variable that holds the API key (the key itself is never shown or saved)")
-    g.add_argument("-i", "--interval", type=_positive_float, metavar="SECONDS",
-                   help="seconds between probes of one endpoint (default 2)")
+    g.add_argument("-i", "--interval", type=_seconds, metavar="SECONDS",
+                   help="mean seconds between probes of one endpoint; each gap is random (exponential) so probes "
+                   "see the server's time average, never its rhythm (default 2; once: 0.2)")
     g.add_argument("--max-tokens", type=_positive_int, metavar="N", help="tokens to ask for per probe (default 16)")
     g.add_argument("--prompt", help="probe prompt (a random prefix is added unless --no-random-prefix)")
     g.add_argument("--no-random-prefix", action="store_true",
                    help="send the prompt as is (prefix caching may then hide prefill time)")
-    g.add_argument("--timeout", type=_positive_float, metavar="SECONDS", help="whole-request timeout (default 30)")
-    g.add_argument("--first-token-timeout", type=_positive_float, metavar="SECONDS",
+    g.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="whole-request timeout (default 30)")
+    g.add_argument("--first-token-timeout", type=_seconds, metavar="SECONDS",
                    help="give up when no token arrives within this time (default 15)")
-    g.add_argument("--connect-timeout", type=_positive_float, metavar="SECONDS", help="connect timeout (default 5)")
+    g.add_argument("--connect-timeout", type=_seconds, metavar="SECONDS", help="connect timeout (default 5)")
     g.add_argument("--metrics-url", metavar="URL",
                    help="Prometheus /metrics URL when not on the endpoint's own host:port (e.g. Triton's :8002)")
     g.add_argument("--no-metrics", action="store_true", help="do not scrape the servers' /metrics")
     g.add_argument("--no-discover", action="store_true",
                    help="with no URL given, do not look for local inference servers")
     w = parser.add_argument_group("statistics")
-    w.add_argument("--window", type=_positive_float, metavar="SECONDS",
+    w.add_argument("--window", type=_number(1.0, 86_400.0), metavar="SECONDS",
                    help="rolling window for percentiles (default 300)")
     w.add_argument("--max-samples", type=_positive_int, metavar="N", help="samples kept per endpoint (default 300)")
+    w.add_argument("--include-client-limited", action="store_true", default=None,
+                   help="count probes during which lpxtop itself was late (its loop or its wait for a CPU; "
+                   "flagged client_limited) in the percentiles too; by default they are only counted")
     _add_alert_flags(parser)
 
 
@@ -103,13 +125,13 @@ def _add_alert_flags(parser: argparse.ArgumentParser) -> None:
         return
     g = parser.add_argument_group("alert thresholds (also [alerts] in the config file)")
     for flag, attr, help_text in THRESHOLD_FLAGS:
-        g.add_argument(flag, dest=f"alert_{attr}", type=float, metavar="N", help=help_text)
+        g.add_argument(flag, dest=f"alert_{attr}", type=_finite, metavar="N", help=help_text)
 
 
 def _add_ui_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("display")
     g.add_argument("--theme", help="colour theme (lpxtop-dark, lpxtop-light, high-contrast, ...; `t` cycles)")
-    g.add_argument("--refresh", type=_positive_float, metavar="SECONDS",
+    g.add_argument("--refresh", type=_number(0.1, 60.0), metavar="SECONDS",
                    help="screen refresh period (default 2, as nvitop)")
     g.add_argument("--readonly", action="store_true", help="disable every process action (T/K)")
     g.add_argument("--export", metavar="HOST:PORT",
@@ -158,16 +180,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if command == "once":
         parser = argparse.ArgumentParser(
             prog="lpxtop once",
-            description="Probe each endpoint N times, then print a report (a table, or JSON schema 1 with "
-            "--json). Never opens the dashboard.\n\nexit status: 0 every endpoint answered, 1 an endpoint is "
-            "down, 2 usage or config error.",
+            description="Probe each endpoint N times, at random gaps averaging --interval (0.2 s unless given),\n"
+            "while scraping each server's /metrics on a schedule of its own; then print a report (a table,\n"
+            "or JSON schema 1 with --json): the probes' percentiles, and what the server showed across the\n"
+            "run (last, max and mean of running, waiting and KV use). Never opens the dashboard.\n\n"
+            "exit status: 0 every endpoint answered, 1 an endpoint is down, 2 usage or config error.",
             formatter_class=fmt,
         )
         parser.add_argument("-n", "--samples", type=_positive_int, default=3, metavar="N",
                             help="probes per endpoint (default 3)")
         parser.add_argument("--json", action="store_true", help="print JSON (schema 1, see the README)")
-        parser.add_argument("--deadline", type=_positive_float, default=120.0, metavar="SECONDS",
-                            help="give up after this long in all (default 120)")
+        parser.add_argument("--deadline", type=_number(0.1, 86_400.0), default=120.0, metavar="SECONDS",
+                            help="end within this long in all, discovery included, and report what was "
+                            "measured by then (default 120)")
         parser.add_argument("--record", metavar="FILE",
                             help="also record the probes and readings to FILE (lpxtop replay/export read it)")
         _add_endpoint_flags(parser)
@@ -181,8 +206,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             formatter_class=fmt,
         )
         parser.add_argument("--surge", action="store_true", help="start with the load surge on")
-        parser.add_argument("--interval", type=_positive_float, default=1.0, metavar="SECONDS",
-                            help="seconds between probes (default 1)")
+        parser.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS",
+                            help="mean seconds between probes (default 1)")
         _add_ui_flags(parser)
         _add_record_flags(parser)
         return parser
@@ -274,11 +299,16 @@ def _engine_for(args: argparse.Namespace, file_config: FileConfig):
         AlertThresholds.from_mapping(file_config.alerts)
     except ValueError as exc:
         raise ConfigError(f"{args.config}: [alerts]: {exc}") from None
+    engine_settings = file_config.engine
+    include_limited = args.include_client_limited
+    if include_limited is None:
+        include_limited = bool(engine_settings.get("include_client_limited", False))
     try:
         return build_engine(
             file_config.endpoints,
-            window_s=args.window,
-            max_samples=args.max_samples,
+            window_s=args.window or engine_settings.get("window"),
+            max_samples=args.max_samples or engine_settings.get("max_samples"),
+            include_client_limited=include_limited,
             scrape_metrics=not args.no_metrics,
             discover=not args.no_discover and not file_config.endpoints,
             readonly=getattr(args, "readonly", False),
@@ -293,6 +323,8 @@ def _run_once(args: argparse.Namespace) -> int:
 
     file_config = _load(args)
     engine = _engine_for(args, file_config)
+    # as the dashboard does: a thread that wakes with bytes to stamp waits ~1 ms for the lock, not 5
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     recorder = None
     if args.record:
         from lpxtop.record.recorder import Recorder
@@ -303,7 +335,7 @@ def _run_once(args: argparse.Namespace) -> int:
         except RecordingError as exc:
             raise ConfigError(str(exc)) from None
     try:
-        snapshot = engine.collect_once(samples=args.samples, timeout_s=args.deadline)
+        snapshot = engine.collect_once(samples=args.samples, timeout_s=args.deadline, interval_s=args.interval)
     finally:
         if recorder is not None:
             recorder.close()
@@ -312,11 +344,11 @@ def _run_once(args: argparse.Namespace) -> int:
     if not snapshot.endpoints:
         message = "no endpoint given and none found on this machine: pass a URL (lpxtop once 127.0.0.1:8000)"
         if args.json:
-            print(json.dumps(snapshot.to_json(), indent=2))
+            print(dumps(snapshot.to_json(), indent=2))
         print(f"lpxtop: {message}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(snapshot.to_json(), indent=2))
+        print(dumps(snapshot.to_json(), indent=2))
     else:
         print(render_table(snapshot))
     return exit_status(snapshot)
@@ -393,8 +425,9 @@ def _open_ui(engine, args: argparse.Namespace, ui_settings: dict) -> int:
     from lpxtop.ui.theming import ThemeError
 
     theme = args.theme or ui_settings.get("theme")
+    refresh = args.refresh or ui_settings.get("refresh")
     try:
-        app = create_app(engine, theme=theme, refresh_s=args.refresh, readonly=args.readonly,
+        app = create_app(engine, theme=theme, refresh_s=refresh, readonly=args.readonly,
                          on_ready=lambda: _start_measuring(engine))
     except ThemeError as exc:
         print(f"lpxtop: {exc}", file=sys.stderr)

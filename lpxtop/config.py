@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import math
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.model.endpoint import SECRET_PARAM, EndpointConfig
+from lpxtop.model.server import SERVER_KINDS
+from lpxtop.textsafe import register_secret
 
 
 class ConfigError(Exception):
@@ -42,6 +45,71 @@ ENDPOINT_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
 }
 TOP_LEVEL_TABLES = ("endpoint", "defaults", "alerts", "ui", "engine", "exporter", "record")
 API_KINDS = ("chat", "completions")
+
+# Seconds: every number of seconds a user gives (file or flag) must be finite and in this range. NaN
+# or Infinity would pass a "> 0" test and then fail every probe; 1e300 would wait forever.
+MIN_SECONDS = 0.01
+MAX_SECONDS = 3600.0
+SECONDS_KEYS = ("interval", "timeout", "connect_timeout", "first_token_timeout", "metrics_interval")
+
+# The settings of the [ui] and [engine] tables: key -> (accepted TOML types, check or None). A key not
+# listed is an error with its line, so a misspelling is never silently ignored. Modules that add a
+# setting add its key here.
+UI_KEYS: dict[str, tuple[type | tuple[type, ...], tuple[float, float] | None]] = {
+    "theme": (str, None),
+    "refresh": ((int, float), (0.1, 60.0)),  # screen refresh period, seconds
+}
+ENGINE_KEYS: dict[str, tuple[type | tuple[type, ...], tuple[float, float] | None]] = {
+    "window": ((int, float), (1.0, 86_400.0)),  # seconds of the rolling window
+    "max_samples": (int, (1, 100_000)),
+    "include_client_limited": (bool, None),  # count client_limited probes in the percentiles
+}
+SETTINGS_TABLES = {"ui": UI_KEYS, "engine": ENGINE_KEYS}
+
+# RFC 9110 field names are tokens; values may not hold CR, LF or NUL (they would split the request:
+# header injection) nor anything outside Latin-1 (they cannot be sent).
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_HEADER_VALUE_BAD = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def check_seconds(value: object, what: str) -> float:
+    """`value` as a number of seconds, or a ConfigError saying why not (NaN, Infinity, out of range)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{what} must be a number of seconds, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number) or not MIN_SECONDS <= number <= MAX_SECONDS:
+        raise ConfigError(f"{what} must be a number of seconds between {MIN_SECONDS:g} and {MAX_SECONDS:g}, "
+                          f"got {value!r}")
+    return number
+
+
+def check_header(name: object, value: object) -> None:
+    """Refuse a header that cannot be sent as is, or that would inject others."""
+    if not isinstance(name, str) or not _HEADER_NAME.match(name):
+        raise ConfigError(f"header name {name!r} is not a valid HTTP field name (letters, digits and !#$%&'*+.^_`|~-)")
+    if not isinstance(value, str):
+        raise ConfigError(f"header {name!r} must be a string")
+    if _HEADER_VALUE_BAD.search(value):
+        raise ConfigError(f"header {name!r}: its value holds a control character (CR, LF, NUL ...), which would "
+                          "split the request")
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        raise ConfigError(f"header {name!r}: its value holds characters outside Latin-1, which HTTP/1.1 cannot "
+                          "send; percent-encode them") from None
+
+
+def check_http_url(text: str, what: str) -> str:
+    """An absolute http(s) URL with a host (a metrics URL), stripped; ConfigError otherwise."""
+    url = text.strip()
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{what} {text!r} must be an http:// or https:// URL with a host")
+    try:
+        parts.port  # noqa: B018 - validates the port
+    except ValueError:
+        raise ConfigError(f"{what} {text!r}: the port is not a number between 0 and 65535") from None
+    return url
 
 
 @dataclass
@@ -74,31 +142,53 @@ def normalize_url(text: str) -> str:
         raise ConfigError(f"{text!r}: the port is not a number between 0 and 65535") from None
     if parts.username or parts.password:
         raise ConfigError(f"{text!r}: credentials in the URL are not supported; use api_key_env")
+    if parts.fragment:
+        raise ConfigError(f"{text!r}: a URL fragment (#...) is never sent; remove it")
     path = parts.path.rstrip("/")
     for suffix in ("/chat/completions", "/completions"):
         if path.endswith(suffix):
             path = path[: -len(suffix)]
     if not path:
         path = "/v1"
-    return f"{parts.scheme}://{parts.netloc}{path}"
+    # A query (Azure's ?api-version=...) is kept and sent with every request to the endpoint.
+    query = f"?{parts.query}" if parts.query else ""
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if SECRET_PARAM.search(name):  # masked wherever it would be shown
+            register_secret(value)
+    return f"{parts.scheme}://{parts.netloc}{path}{query}"
 
 
-def endpoint_name(url: str, taken: Sequence[str] = ()) -> str:
-    parts = urlsplit(url)
-    base = parts.netloc
-    name, n = base, 2
-    while name in taken:
-        name = f"{base}#{n}"
-        n += 1
-    return name
+def endpoint_name(url: str, taken: Iterable[str] = ()) -> str:
+    """`host:port` of the URL, with `#2`, `#3` ... when that name is taken."""
+    names = _Names(taken)
+    return names.unique(urlsplit(url).netloc)
+
+
+class _Names:
+    """Unique names in constant time each: thousands of endpoints on one URL load in linear time
+    (a list scanned for every candidate suffix made that cubic)."""
+
+    def __init__(self, taken: Iterable[str] = ()) -> None:
+        self.taken = set(taken)
+        self._next: dict[str, int] = {}
+
+    def unique(self, base: str) -> str:
+        name, n = base, self._next.get(base, 2)
+        while name in self.taken:
+            name = f"{base}#{n}"
+            n += 1
+        self._next[base] = n
+        self.taken.add(name)
+        return name
 
 
 def endpoints_from_urls(urls: Sequence[str], **overrides: object) -> list[EndpointConfig]:
     """EndpointConfigs for URLs given on the command line, with flag overrides applied."""
     configs: list[EndpointConfig] = []
+    names = _Names()
     for text in urls:
         url = normalize_url(text)
-        config = EndpointConfig(name=endpoint_name(url, [c.name for c in configs]), url=url)
+        config = EndpointConfig(name=names.unique(urlsplit(url).netloc), url=url)
         configs.append(apply_overrides(config, overrides))
     return configs
 
@@ -133,6 +223,9 @@ def load_config_file(path: str | Path) -> FileConfig:
         raise ConfigError(f"{locate(None, None, 'endpoint')}: write endpoints as [[endpoint]] tables")
     base = _endpoint_fields(defaults, lambda key: locate("defaults", None, key), allow_identity=False)
     endpoints: list[EndpointConfig] = []
+    names = _Names()
+    named: set[str] = set()
+    given = {t.get("name") for t in raw_endpoints if isinstance(t, dict) and isinstance(t.get("name"), str)}
     for index, table in enumerate(raw_endpoints):
         where = lambda key, i=index: locate("endpoint", i, key)  # noqa: E731
         values = {**base, **_endpoint_fields(table, where, allow_identity=True)}
@@ -142,9 +235,14 @@ def load_config_file(path: str | Path) -> FileConfig:
             values["url"] = normalize_url(values["url"])
         except ConfigError as exc:
             raise ConfigError(f"{where('url')}: key 'url': {exc}") from None
-        name = values.get("name") or endpoint_name(values["url"], [e.name for e in endpoints])
-        if any(e.name == name for e in endpoints):
+        name = values.get("name")
+        if name is None:  # not a name another endpoint gives itself further down
+            name = names.unique(urlsplit(values["url"]).netloc)
+            while name in given:
+                name = names.unique(urlsplit(values["url"]).netloc)
+        elif name in named:
             raise ConfigError(f"{where('name')}: key 'name': {name!r} is used by two endpoints")
+        named.add(name)
         values["name"] = name
         endpoints.append(EndpointConfig(**values))
     sections = {}
@@ -152,8 +250,11 @@ def load_config_file(path: str | Path) -> FileConfig:
         value = data.get(table, {})
         if not isinstance(value, dict):
             raise ConfigError(f"{locate(None, None, table)}: '{table}' must be a table ([{table}])")
+        if table in SETTINGS_TABLES:
+            _check_settings(table, value, locate)
         sections[table] = value
     sections["record"] = _record_section(data.get("record", {}), locate)
+    _check_alerts(sections["alerts"], locate)
     return FileConfig(endpoints=endpoints, **sections)
 
 
@@ -172,6 +273,38 @@ def _record_section(value: object, locate: _Locator) -> dict:
     return dict(value)
 
 
+def _check_settings(table: str, values: dict, locate: _Locator) -> None:
+    known = SETTINGS_TABLES[table]
+    for key, value in values.items():
+        where = locate(table, None, key)
+        if key not in known:
+            raise ConfigError(f"{where}: [{table}]: unknown key {key!r} (known keys: {', '.join(known)})")
+        types, limits = known[key]
+        if isinstance(value, bool) != (types is bool) or not isinstance(value, types):
+            raise ConfigError(f"{where}: [{table}]: key {key!r} must be {_type_name(types)}, got {value!r}")
+        if limits is not None and not (math.isfinite(value) and limits[0] <= value <= limits[1]):
+            raise ConfigError(f"{where}: [{table}]: key {key!r} must be between {limits[0]:g} and {limits[1]:g}, "
+                              f"got {value!r}")
+
+
+def _check_alerts(values: dict, locate: _Locator) -> None:
+    """[alerts] through the alert rules' own validation; the error names the line of the key at fault."""
+    for key, value in values.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{locate('alerts', None, key)}: [alerts]: key {key!r} must be a finite number, "
+                              f"got {value!r}")
+    from lpxtop.engine.alerts import AlertThresholds  # headless; imported only when a file is read
+
+    try:
+        AlertThresholds.from_mapping(values)
+    except ValueError as exc:
+        named = [k for k in re.findall(r"'([\w-]+)'", str(exc)) if k in values or k.replace("_", "-") in values]
+        key = named[0] if named else None
+        if key is not None and key not in values:
+            key = key.replace("_", "-")
+        raise ConfigError(f"{locate('alerts', None, key)}: [alerts]: {exc}") from None
+
+
 def _endpoint_fields(table: object, where, *, allow_identity: bool) -> dict:
     if not isinstance(table, dict):
         raise ConfigError(f"{where(None)}: expected a table")
@@ -187,24 +320,35 @@ def _endpoint_fields(table: object, where, *, allow_identity: bool) -> dict:
             raise ConfigError(f"{where(key)}: key {key!r} must be {_type_name(types)}, got {value!r}")
         if key == "api" and value not in API_KINDS:
             raise ConfigError(f"{where(key)}: key 'api' must be \"chat\" or \"completions\", got {value!r}")
-        if key in ("interval", "timeout", "connect_timeout", "first_token_timeout", "metrics_interval") and value <= 0:
-            raise ConfigError(f"{where(key)}: key {key!r} must be a positive number of seconds, got {value!r}")
+        if key in SECONDS_KEYS:
+            try:
+                value = check_seconds(value, f"key {key!r}")
+            except ConfigError as exc:
+                raise ConfigError(f"{where(key)}: {exc}") from None
         if key == "max_tokens" and not 1 <= value <= 100_000:
             raise ConfigError(f"{where(key)}: key 'max_tokens' must be between 1 and 100000, got {value!r}")
+        if key == "server_kind" and value not in SERVER_KINDS:
+            raise ConfigError(f"{where(key)}: key 'server_kind' must be one of {', '.join(SERVER_KINDS)}, got {value!r}")
         if key == "headers":
-            bad = [k for k, v in value.items() if not isinstance(v, str)]
-            if bad:
-                raise ConfigError(f"{where(key)}: key 'headers': header {bad[0]!r} must be a string")
+            for name, header_value in value.items():
+                try:
+                    check_header(name, header_value)
+                except ConfigError as exc:
+                    raise ConfigError(f"{where(key)}: key 'headers': {exc}") from None
             if any(k.lower() == "authorization" for k in value):
                 raise ConfigError(
                     f"{where(key)}: key 'headers': put the API key in an environment variable and name it with "
                     "api_key_env instead of writing an Authorization header into the file"
                 )
+            for name, header_value in value.items():
+                if SECRET_PARAM.search(name) or name.lower() in ("cookie", "proxy-authorization"):
+                    register_secret(header_value)  # a key sent in a header of its own is masked wherever shown
             value = tuple(sorted(value.items()))
         elif key == "metrics_url":
-            value = value.strip()
-        elif key in ("interval", "timeout", "connect_timeout", "first_token_timeout", "metrics_interval"):
-            value = float(value)
+            try:
+                value = check_http_url(value, "key 'metrics_url':")
+            except ConfigError as exc:
+                raise ConfigError(f"{where(key)}: {exc}") from None
         values[attr] = value
     return values
 

@@ -1,9 +1,22 @@
-"""`lpxtop once` without --json: a plain table a person reads; and the exit status of `once`."""
+"""`lpxtop once` without --json: a plain table a person reads; and the exit status of `once`.
+
+Every piece of text that came from outside (model ids, server messages, process command lines, GPU
+names) was made safe where it entered lpxtop's records (`lpxtop.textsafe.scrub`); the table passes it
+through `printable` once more at its edge, so no escape sequence reaches the terminal even if a path
+upstream forgot. Numbers that are not finite print as `--`.
+"""
 
 from __future__ import annotations
 
+import math
+
 from lpxtop.model.probe import Percentiles
-from lpxtop.model.snapshot import Snapshot
+from lpxtop.model.snapshot import GaugeSummary, ServerSummary, Snapshot
+from lpxtop.textsafe import printable
+
+
+def _text(value: object) -> str:
+    return printable(str(value))
 
 
 def exit_status(snapshot: Snapshot) -> int:
@@ -15,11 +28,24 @@ def _ms(p: Percentiles | None, attr: str = "p50") -> str:
     if p is None:
         return "--"
     value = getattr(p, attr)
+    if not _finite(value):
+        return "--"
     return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
 
 
+def _finite(value: object) -> bool:
+    try:
+        return value is not None and math.isfinite(value)  # type: ignore[arg-type]
+    except (TypeError, OverflowError):
+        return False
+
+
 def _num(value: float | None, fmt: str = "{:.0f}") -> str:
-    return "--" if value is None else fmt.format(value)
+    return fmt.format(value) if _finite(value) else "--"
+
+
+def _pct(value: float | None) -> str:
+    return f"{value * 100:.0f}%" if _finite(value) and _finite(value * 100) else "--"
 
 
 def render_table(snapshot: Snapshot) -> str:
@@ -34,44 +60,68 @@ def render_table(snapshot: Snapshot) -> str:
         queue = "--" if waiting is None and running is None else f"{_num(waiting)}/{_num(running)}"
         rate = e.error_rate
         rows.append([
-            e.name,
+            _text(e.name),
             e.status,
-            (e.model or "--")[:28],
-            e.server_kind,
+            _text(e.model or "--")[:28],
+            _text(e.server_kind),
             _ms(e.ttft_ms),
             _ms(e.ttft_ms, "p99"),
             _ms(e.itl_ms),
             _ms(e.tpot_ms),
             _ms(e.output_tokens_per_s),
             _ms(e.e2e_ms, "p99"),
-            "--" if rate is None else f"{rate * 100:.0f}%",
+            _pct(rate),
             queue,
-            "--" if kv is None else f"{kv * 100:.0f}%",
+            _pct(kv),
         ])
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
     for row in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    lines.append("latency in ms; TOK/S is the decode rate one stream sees, (N-1)/(E2E-TTFT)")
+    lines.append("latency in ms; TOK/S is the decode rate one stream sees, (N-1)/(E2E-TTFT); "
+                 "QUEUE waiting/running and KV from the last scrape")
     for e in snapshot.endpoints:
+        name = _text(e.name)
+        if e.server_summary is not None:
+            lines.append(f"{name}: {_server_line(e.server_summary)}")
+        if e.probes_client_limited:
+            # counted when asked (--include-client-limited), or when no other probe succeeded
+            counted = "counted in the percentiles" if e.percentiles_with_client_limited else "left out of the percentiles"
+            lines.append(f"{name}: {e.probes_client_limited} of {e.probes_sent} probes client-limited (lpxtop "
+                         f"itself was late: its loop, or its wait for a CPU); {counted}")
         if e.last_error:
-            lines.append(f"{e.name}: last error: {e.last_error}")
+            lines.append(f"{name}: last error: {_text(e.last_error)}")
         if e.server is not None and e.server.status != "ok":
-            lines.append(f"{e.name}: server metrics: {e.server.status}")
-    lines.append(f"GPU: {snapshot.gpu.status if not snapshot.gpu.devices else _gpu_line(snapshot)}")
+            lines.append(f"{name}: server metrics: {_text(e.server.status)}")
+    lines.append(f"GPU: {_text(snapshot.gpu.status) if not snapshot.gpu.devices else _gpu_line(snapshot)}")
     for port in snapshot.ports:
         if port.status != "ok":
-            lines.append(f"port {port.port}: {port.status}: {port.detail}")
+            lines.append(f"port {port.port}: {_text(port.status)}: {_text(port.detail)}")
     for alert in snapshot.alerts:
-        lines.append(f"{alert.severity.upper()}: {alert.message}")
+        lines.append(f"{_text(alert.severity).upper()}: {_text(alert.message)}")
     return "\n".join(lines)
+
+
+def _server_line(summary: ServerSummary) -> str:
+    """What the server showed across the run: last, max and mean of each gauge over the scrapes."""
+
+    def gauge(label: str, g: GaugeSummary | None, pct: bool = False) -> str | None:
+        if g is None:
+            return None
+        show = _pct if pct else (lambda v: _num(v, "{:.1f}") if _finite(v) and v != int(v) else _num(v))
+        return f"{label} last {show(g.last)} max {show(g.max)} mean {_pct(g.mean) if pct else _num(g.mean, '{:.1f}')}"
+
+    parts = [p for p in (gauge("running", summary.requests_running), gauge("waiting", summary.requests_waiting),
+                         gauge("KV", summary.kv_cache_usage, pct=True)) if p]
+    scrapes = f"{summary.scrapes} scrape{'s' if summary.scrapes != 1 else ''}"
+    return f"server over {scrapes} while probing: " + ("; ".join(parts) if parts else "no queue or KV gauges")
 
 
 def _gpu_line(snapshot: Snapshot) -> str:
     parts = []
     for d in snapshot.gpu.devices:
         mem = "--"
-        if d.mem_used_bytes is not None and d.mem_total_bytes:
+        if _finite(d.mem_used_bytes) and _finite(d.mem_total_bytes) and d.mem_total_bytes:
             mem = f"{d.mem_used_bytes / 2**30:.1f}/{d.mem_total_bytes / 2**30:.1f} GiB"
-        parts.append(f"[{d.index}] {d.name} {_num(d.util_pct)}% {mem}")
+        parts.append(f"[{d.index}] {_text(d.name)} {_num(d.util_pct)}% {mem}")
     return "; ".join(parts)

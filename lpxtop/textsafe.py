@@ -84,4 +84,5 @@ def scrub(text: str | None, *, newlines: bool = False) -> str | None:
     """Outside text made safe to show, log and store: secrets masked, control sequences removed."""
     if text is None:
         return None
-    return printable(redact(text), newlines=newlines)
+    # escapes first: one glued to a credential ("\x1b[31mBearer sk-…") would hide it from the patterns
+    return redact(printable(text, newlines=newlines))

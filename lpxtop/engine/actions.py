@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import psutil
 
 from lpxtop.engine.ports import is_root
-from lpxtop.engine.procinfo import format_age, printable, redact_argv, short_command
+from lpxtop.engine.procinfo import format_age, printable, redact_argv, safe_name, short_command
 
 READONLY_REFUSAL = "read-only mode (--readonly): process actions are disabled"
 
@@ -121,7 +121,7 @@ def confirmation(pid: int, sig: int = signal.SIGTERM) -> Confirmation:
         try:
             proc = psutil.Process(pid)
             with proc.oneshot():
-                name = proc.name()
+                name = safe_name(proc.name()) or ""
                 started_at = proc.create_time()
                 try:
                     user = proc.username()
@@ -159,7 +159,7 @@ def send_signal(pid: int, sig: int, *, readonly: bool, started_at: float | None 
             return ActionResult(
                 False, f"PID {pid} is now a different process (the one you chose exited): nothing sent"
             )
-        label = " ".join(redact_argv(proc.cmdline())) or proc.name()
+        label = " ".join(redact_argv(proc.cmdline())) or safe_name(proc.name()) or ""
         proc.send_signal(sig)
     except psutil.NoSuchProcess:
         return ActionResult(False, f"PID {pid} has already exited: nothing sent")

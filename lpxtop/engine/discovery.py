@@ -4,6 +4,10 @@ Candidate ports come from listening sockets owned by known server processes, fro
 lines (``--port 8011``), from the usual default ports and from `extra_ports`. Each candidate is
 confirmed on 127.0.0.1 only, with GET /v1/models (or Ollama's /api/version), bounded in time and
 concurrency. Nothing is sent anywhere but loopback.
+
+Every bound is on a whole request, and the whole discovery has a deadline: a candidate that answers
+200 and then trickles its body a byte a second is cut when its time is up (each read alone would
+have been on time), and discovery ends by its deadline whatever the candidates do.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ from collections.abc import Iterable
 from lpxtop.engine.httpclient import HttpClient, HttpError
 from lpxtop.engine.procinfo import ports_in_cmdline, scan_listeners, scan_processes
 from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.textsafe import scrub
 
 # vLLM/TGI/trtllm-serve 8000, SGLang 30000, llama-server 8080, 3000 (TGI docs, many wrappers),
 # Ollama 11434, LMDeploy 23333.
 USUAL_PORTS: tuple[int, ...] = (8000, 30000, 8080, 3000, 11434, 23333)
 MAX_CANDIDATES = 64  # a machine with hundreds of server processes still gets a bounded scan
 LOOPBACK = "127.0.0.1"
+DEADLINE_S = 5.0  # discovery as a whole
 
 
 def candidate_ports(extra_ports: Iterable[int] = (), include_usual: bool = True) -> dict[int, str | None]:
@@ -56,17 +62,18 @@ def _reachable_on_loopback(ip: str) -> bool:
 
 
 def _model_ids(payload: object) -> list[str] | None:
-    """Model ids from an OpenAI /v1/models body, or None if it is not one."""
+    """Model ids from an OpenAI /v1/models body (outside text, made safe), or None if it is not one."""
     if not isinstance(payload, dict) or not isinstance(payload.get("data"), list):
         return None
-    return [d["id"] for d in payload["data"] if isinstance(d, dict) and isinstance(d.get("id"), str)]
+    ids = (scrub(d["id"]) for d in payload["data"] if isinstance(d, dict) and isinstance(d.get("id"), str))
+    return [i for i in ids if i]
 
 
 async def _get_json(client: HttpClient, url: str, timeout_s: float) -> tuple[int, object]:
-    """(status, parsed JSON or None); status 0 when nothing answered."""
+    """(status, parsed JSON or None); status 0 when nothing answered in `timeout_s` (the whole request)."""
     try:
-        resp = await client.get(url, timeout=timeout_s)
-    except (HttpError, OSError):
+        resp = await asyncio.wait_for(client.get(url, timeout=timeout_s), timeout_s)
+    except (HttpError, OSError, asyncio.TimeoutError):
         return 0, None
     try:
         return resp.status_code, resp.json()
@@ -92,13 +99,24 @@ async def _confirm(
         kind = "ollama"
         _, tags = await _get_json(client, f"{origin}/api/tags", timeout_s)
         raw = tags.get("models") if isinstance(tags, dict) else None
-        models = [m["name"] for m in raw or () if isinstance(m, dict) and isinstance(m.get("name"), str)]
+        names = (scrub(m["name"]) for m in raw or () if isinstance(m, dict) and isinstance(m.get("name"), str))
+        models = [n for n in names if n]
     return EndpointConfig(
         name=f"{kind or 'local'}:{port}",
         url=f"{origin}/v1",
         model=models[0] if models else None,
         discovered=True,
     )
+
+
+async def _confirm_within(
+    client: HttpClient, port: int, kind: str | None, timeout_s: float
+) -> EndpointConfig | None:
+    # at most three requests (models, version, tags), each bounded: the candidate as a whole too
+    try:
+        return await asyncio.wait_for(_confirm(client, port, kind, timeout_s), 3 * timeout_s)
+    except asyncio.TimeoutError:
+        return None
 
 
 async def discover(
@@ -108,11 +126,15 @@ async def discover(
     extra_ports: Iterable[int] = (),
     include_usual: bool = True,
     concurrency: int = 8,
+    deadline_s: float = DEADLINE_S,
 ) -> list[EndpointConfig]:
     """Inference servers answering on 127.0.0.1, ordered by port. Never raises for a port that fails.
 
-    `client`: reused if given, otherwise a private one. Each request is bounded by `timeout_s`.
+    `client`: reused if given, otherwise a private one. Each request is bounded by `timeout_s` as a
+    whole, and discovery ends within `deadline_s` (the candidates confirmed by then are returned).
     """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + deadline_s
     ports = await asyncio.to_thread(candidate_ports, tuple(extra_ports), include_usual)
     own = client is None
     if client is None:
@@ -122,18 +144,26 @@ async def discover(
 
     async def one(port: int, kind: str | None) -> EndpointConfig | None:
         async with gate:
-            return await _confirm(client, port, kind, timeout_s)
+            return await _confirm_within(client, port, kind, timeout_s)
 
+    tasks = [asyncio.ensure_future(one(p, k)) for p, k in sorted(ports.items())]
     try:
-        found = await asyncio.gather(*(one(p, k) for p, k in sorted(ports.items())))
+        if tasks:
+            await asyncio.wait(tasks, timeout=max(0.0, deadline - loop.time()))
     finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if own:
             await client.aclose()
+    found = [t.result() for t in tasks if not t.cancelled() and t.exception() is None]
     return [ep for ep in found if ep is not None]
 
 
 def discover_sync(
-    timeout_s: float = 1.0, *, extra_ports: Iterable[int] = (), include_usual: bool = True
+    timeout_s: float = 1.0, *, extra_ports: Iterable[int] = (), include_usual: bool = True,
+    deadline_s: float = DEADLINE_S,
 ) -> list[EndpointConfig]:
     """`discover()` for callers without an event loop (the CLI before the engine starts)."""
-    return asyncio.run(discover(timeout_s=timeout_s, extra_ports=extra_ports, include_usual=include_usual))
+    return asyncio.run(discover(timeout_s=timeout_s, extra_ports=extra_ports, include_usual=include_usual,
+                                deadline_s=deadline_s))

@@ -15,6 +15,7 @@ from typing import Any
 import psutil
 
 from lpxtop.engine.nvml import Nvml, Problems
+from lpxtop.engine.procinfo import redact_argv, safe_name
 from lpxtop.model.gpu import GpuDevice, GpuProcess, GpuSnapshot
 
 # nvml.h constants, literal so nothing here depends on the bindings being importable
@@ -39,7 +40,7 @@ def describe_process(pid: int) -> ProcessInfo:
         proc = psutil.Process(pid)
     except (psutil.Error, OSError, ValueError):
         return ProcessInfo(None, None, None)
-    return ProcessInfo(_safe(proc.name), _safe(proc.username), _cmdline(proc))
+    return ProcessInfo(safe_name(_safe(proc.name)), _safe(proc.username), _cmdline(proc))
 
 
 def _safe(getter: Any) -> Any:
@@ -53,7 +54,7 @@ def _cmdline(proc: psutil.Process) -> str | None:
     parts = _safe(proc.cmdline)
     if not parts:
         return None
-    return " ".join(parts)
+    return " ".join(redact_argv(parts))  # keys on the command line masked, escapes removed
 
 
 def endpoint_of(pid: int, endpoint_pids: Mapping[int, str]) -> str | None:

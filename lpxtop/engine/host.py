@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from lpxtop.engine.procinfo import descendants
+from lpxtop.engine.procinfo import descendants, safe_name
 from lpxtop.model.host import HostProcess, HostSnapshot
 
 PRESSURE_MEMORY = Path("/proc/pressure/memory")
@@ -143,7 +143,7 @@ class HostCollector:
             proc = self._tracked(pid)
             seen.add(pid)
             with proc.oneshot():
-                name = proc.name()
+                name = safe_name(proc.name()) or ""
                 rss = proc.memory_info().rss
                 cpu = proc.cpu_percent(None)
         except psutil.NoSuchProcess:

@@ -101,7 +101,7 @@ def build_body(endpoint: EndpointConfig, model: str | None, include_usage: bool 
 
 
 def endpoint_path(endpoint: EndpointConfig) -> str:
-    return endpoint.url.rstrip("/") + ("/completions" if endpoint.api == "completions" else "/chat/completions")
+    return endpoint.api_url("/completions" if endpoint.api == "completions" else "/chat/completions")
 
 
 @dataclass
@@ -673,7 +673,7 @@ async def fetch_models(
 async def _fetch_models(client: HttpClient, endpoint: EndpointConfig, timeout_s: float) -> tuple[tuple[str, ...], str | None]:
     try:
         response = await client.get(
-            endpoint.url.rstrip("/") + "/models",
+            endpoint.api_url("/models"),
             headers=request_headers(endpoint, stream=False),
             timeout=Timeout(connect=min(timeout_s, endpoint.connect_timeout_s), read=timeout_s, write=timeout_s, pool=timeout_s),
             max_bytes=MODELS_MAX_BYTES,

@@ -21,6 +21,8 @@ from functools import cached_property
 
 import psutil
 
+from lpxtop.textsafe import scrub
+
 # One table of the inference servers lpxtop knows. Each pattern is matched against the program line:
 # the program (the script or `-m` module when an interpreter runs it) and its arguments, so that
 # `/venv/bin/python3 /venv/bin/vllm serve m` reads "vllm serve m" and `cmake --target llama-server`
@@ -110,17 +112,23 @@ def match_server(name: str, argv: Sequence[str] | str) -> ServerPattern | None:
     return None
 
 
-# Options whose value is a secret (vLLM/SGLang/llama-server --api-key, TGI --api-key, --hf-token,
-# --admin-api-key …), and NAME=value words such as `env OPENAI_API_KEY=sk-…`. A `--max-num-batched-tokens`
-# keeps its value: only names ending in the secret word count.
-_SECRET_OPTION = re.compile(r"^--?(?:[\w-]*[-_])?(?:key|token|secret|password|passwd|auth)$", re.IGNORECASE)
-_SECRET_ASSIGN = re.compile(r"^(--?(?:[\w-]*[-_])?(?:key|token|secret|password|passwd|auth)=)", re.IGNORECASE)
-_SECRET_ENV = re.compile(r"^([A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD)[A-Z0-9_]*=)")
+# Options whose value is a secret: vLLM/SGLang/llama-server `--api-key`, vLLM's `--api-keys`, TGI's
+# `--api-key`, `--hf-token`, `--token`, `--admin-api-key`, `--bearer`/`--bearer-token`, `--password`,
+# `--credentials` …, in the separate (`--api-key X`) and `=`-joined (`--api-key=X`) forms; the short `-k`
+# (the value that follows); and NAME=value words such as `env OPENAI_API_KEY=sk-…`. A
+# `--max-num-batched-tokens` keeps its value: only names ending in the secret word count.
+_SECRET_WORDS = r"(?:keys?|tokens?(?<!_tokens)(?<!-tokens)|secrets?|password|passwd|auth|bearer|credentials?)"
+_SECRET_OPTION = re.compile(rf"^(?:--?(?:[\w-]*[-_])?{_SECRET_WORDS}|-k)$", re.IGNORECASE)
+_SECRET_ASSIGN = re.compile(rf"^(--?(?:[\w-]*[-_])?{_SECRET_WORDS}=)", re.IGNORECASE)
+_SECRET_ENV = re.compile(r"^([A-Za-z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|BEARER|CREDENTIALS?)[A-Za-z0-9_]*=)",
+                         re.IGNORECASE)
 REDACTED = "***"
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    """`argv` with the values of secret-bearing options replaced by ``***`` (API keys never leave lpxtop)."""
+    """`argv` made safe to show: the values of secret-bearing options replaced by ``***`` (API keys never
+    leave lpxtop), and each word through `textsafe.scrub` (registered secrets, terminal escapes: a
+    process picks its own command line). Every path that shows a command line goes through here."""
     out: list[str] = []
     hide_next = False
     for arg in argv:
@@ -129,12 +137,18 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
             hide_next = False
             continue
         m = _SECRET_ASSIGN.match(arg) or _SECRET_ENV.match(arg)
+        # newlines are kept (a one-line message shows them escaped: `printable`); escapes go
         if m:
-            out.append(m.group(1) + REDACTED)
+            out.append((scrub(m.group(1), newlines=True) or "") + REDACTED)
         else:
-            out.append(arg)
+            out.append(scrub(arg, newlines=True) or "")
             hide_next = bool(_SECRET_OPTION.match(arg))
     return out
+
+
+def safe_name(name: str | None) -> str | None:
+    """A process name (the kernel's `comm`, which the process sets itself) made safe to show."""
+    return scrub(name)
 
 
 # Command-line options that name the HTTP port, per server (TGI/vLLM/SGLang/llama-server: --port;
@@ -269,8 +283,9 @@ _STATES = {
 
 
 def _static_facts(proc: psutil.Process) -> _Static:
-    """Name, argv, user and start time: read once per process."""
-    return (_safe(proc.name, ""), tuple(_safe(proc.cmdline, ()) or ()), _safe(proc.username, None),
+    """Name, argv, user and start time: read once per process. The name is outside text, made safe
+    here (the command line is made safe where it is shown: `redact_argv`)."""
+    return (safe_name(_safe(proc.name, "")) or "", tuple(_safe(proc.cmdline, ()) or ()), _safe(proc.username, None),
             _safe(proc.create_time, None))
 
 

@@ -11,16 +11,20 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import random
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from lpxtop import __version__
+from lpxtop.engine.clientlimit import LoopLag, ThreadCpuWait
 from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
+from lpxtop.engine.schedule import next_gap
 from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, EndpointWindow
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
@@ -40,6 +44,7 @@ from lpxtop.model.ports import LeftoverProcess, PortStatus
 from lpxtop.model.probe import Sample
 from lpxtop.model.server import ServerMetrics
 from lpxtop.model.snapshot import EndpointView, Snapshot
+from lpxtop.textsafe import scrub
 
 log = logging.getLogger("lpxtop.engine")
 
@@ -49,6 +54,26 @@ PUBLISH_EVERY_S = 0.5
 VIEW_MAX_AGE_S = 10.0
 HEARTBEAT_S = 1.0
 WORKER_THREADS = 3  # asyncio.to_thread pool: GPU, host and ports, and the endpoints' /metrics parsing
+MODELS_TIMEOUT_S = 5.0  # GET /v1/models as a whole, or the endpoint's --timeout when shorter (a trickle is cut)
+MODELS_RECHECK_S = 60.0
+# `once`: the mean gap between probes when --interval is not given, and between scrapes while probing
+ONCE_INTERVAL_S = 0.2
+ONCE_SCRAPE_MEAN_S = 0.25
+ONCE_REPORT_RESERVE_S = 0.5  # of --deadline, kept for the port check and the report after probing
+# A probe is client_limited when, while it ran, the engine's loop ran a timer more than
+# CLIENT_LAG_LIMIT_NS late, or its thread spent more than CLIENT_CPU_WAIT_SHARE of the probe's time
+# (and at least CLIENT_CPU_WAIT_MIN_NS, as much as the lag limit) waiting for a CPU (clientlimit.py). benchmarks/client_limit.py
+# on the 2-core VM (4 simulated servers, 40 s per condition, 1-ms switch interval, the machine shared
+# with other work at a load average of ~4): undisturbed, the worst lag per probe was 1.7 ms at p50 and
+# 6.1 ms at p99 (epoll's 1-ms timeout rounding and the switch interval are most of the floor), the CPU
+# wait 0.7 % of a probe's time at p50 and 2.3 % at most; with a thread holding the interpreter lock
+# 5 ms in 10, lags of 5.8 / 12.9 ms (p50 / p95); pinned to one CPU beside a spinner, waits of 7 / 26 %.
+# The wait is a sum over the probe's wake-ups, so it is judged as a share of the probe's time (a 1-s
+# probe on a busy host sums 30 ms of small waits); a single long wait makes the loop's timer late too.
+CLIENT_LAG_LIMIT_NS = 5_000_000
+CLIENT_CPU_WAIT_SHARE = 0.05
+CLIENT_CPU_WAIT_MIN_NS = 5_000_000  # as the lag: lateness of at least 5 ms by either measure
+LATENESS_KEPT = 1000  # (endpoint, loop lag, CPU wait) of the last probes, for benchmarks and tests
 
 
 class Scraper(Protocol):
@@ -88,6 +113,9 @@ class EngineSettings:
     discover: bool = False
     discover_every_s: float = 30.0
     readonly: bool = False
+    probe_schedule: str = "poisson"  # "poisson": exponential gaps (unbiased); "fixed": for comparisons
+    seed: int | None = None  # of the probe schedule's random gaps (None: unpredictable)
+    include_client_limited: bool = False  # count client_limited probes in the percentiles too
 
 
 class _Waker:
@@ -100,29 +128,30 @@ class _Waker:
     __slots__ = ("_waiter",)
 
     def __init__(self) -> None:
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiter: asyncio.Future[bool] | None = None
 
-    def set(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def nap(self, seconds: float | None) -> None:
-        """Wait `seconds` (None: without end) or until `set()`; a `set()` before the nap began is not kept."""
+    async def nap(self, seconds: float | None) -> bool:
+        """Wait `seconds` (None: without end) or until `set()`; True when `set()` ended it. A `set()`
+        before the nap began is not kept."""
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
-        timer = None if seconds is None else loop.call_later(seconds, _resolve, waiter)
+        timer = None if seconds is None else loop.call_later(seconds, _resolve, waiter, False)
         try:
-            await waiter
+            return bool(await waiter)
         finally:
             self._waiter = None
             if timer is not None:
                 timer.cancel()
 
+    def set(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
 
-def _resolve(waiter: asyncio.Future[None]) -> None:
+
+def _resolve(waiter: asyncio.Future, value: object = None) -> None:
     if not waiter.done():
-        waiter.set_result(None)
+        waiter.set_result(value)
 
 
 class _EndpointState:
@@ -130,12 +159,14 @@ class _EndpointState:
 
     def __init__(self, config: EndpointConfig, settings: EngineSettings, scraper: Scraper | None) -> None:
         self.config = config
-        self.window = EndpointWindow(settings.window_s, settings.max_samples)
+        self.window = EndpointWindow(settings.window_s, settings.max_samples,
+                                     include_client_limited=settings.include_client_limited)
         self.scraper = scraper
         self.model: str | None = config.model
         self.served_models: tuple[str, ...] = ()
         self.models_checked_at = 0.0
         self.models_known = False  # a GET /models has finished (with or without models)
+        self.models_task: asyncio.Task | None = None  # the check beside the probes when the model is known
         self.include_usage = True  # ask for a usage chunk until the server refuses stream_options
         self.version = 0  # bumped by every change a view shows; the cached view is reused until then
         self._view: tuple[int, float, EndpointView] | None = None
@@ -215,6 +246,12 @@ class Engine:
         self._stopping: asyncio.Event | None = None
         self._ready = threading.Event()
         self._listeners: list[Callable[[EngineEvent], None]] = []
+        self._rng = random.Random(self.settings.seed)
+        # lpxtop's own lateness while each probe runs; opened on the loop's thread when it starts
+        self._lag: LoopLag | None = None
+        self._cpu_wait: ThreadCpuWait | None = None
+        # (endpoint, worst loop lag, CPU wait, probe duration) in ns, of the last probes
+        self.lateness: deque[tuple[str, int, int | None, int]] = deque(maxlen=LATENESS_KEPT)
 
     # ---- the reader's side (any thread) ----
 
@@ -296,46 +333,86 @@ class Engine:
 
     # ---- headless: N probes per endpoint, one snapshot ----
 
-    def collect_once(self, samples: int = 3, timeout_s: float = 120.0) -> Snapshot:
-        """Run `samples` probes per endpoint (endpoints in parallel), scrape, collect, and return a snapshot."""
-        return asyncio.run(self._collect_once(samples, timeout_s))
+    def collect_once(self, samples: int = 3, timeout_s: float = 120.0, interval_s: float | None = None) -> Snapshot:
+        """Run `samples` probes per endpoint (endpoints in parallel, at random gaps averaging `interval_s`,
+        default ONCE_INTERVAL_S), scrape each server meanwhile on its own schedule, collect, and return a
+        snapshot. Everything, discovery included, ends within `timeout_s`."""
+        return asyncio.run(self._collect_once(samples, timeout_s, interval_s or ONCE_INTERVAL_S))
 
-    async def _collect_once(self, samples: int, timeout_s: float) -> Snapshot:
-        async with self._client() as client:
-            if self._discover is not None and not self._configs:
-                await self._run_discovery(client)
-            for config in self._configs:
-                self._add_state(config)
-            gpu = asyncio.ensure_future(self._collect_gpu())
+    async def _collect_once(self, samples: int, timeout_s: float, interval_s: float) -> Snapshot:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
 
-            async def one_endpoint(state: _EndpointState) -> None:
-                if state.scraper is not None:
-                    await self._scrape(state, client)
-                for i in range(samples):
-                    await self._probe(state, client)
-                    if i + 1 < samples:
-                        await asyncio.sleep(min(0.2, state.config.interval_s))
-                if state.scraper is not None:
-                    await self._scrape(state, client)
-                    if state.server is not None and _passing_failure(state.server.status):
-                        # one answer decides the report: a passing failure gets one more try
-                        await asyncio.sleep(0.5)
-                        await self._scrape(state, client)
+        def left(reserve: float = 0.0) -> float:
+            return max(0.0, deadline - loop.time() - min(reserve, timeout_s / 4))
 
-            try:
-                await asyncio.wait_for(
-                    asyncio.gather(*(one_endpoint(s) for s in self._states.values()), gpu), timeout_s
-                )
-            except asyncio.TimeoutError:
-                log.warning("collect_once: gave up after %.0f s", timeout_s)
-            # after the probes, so the port check knows what each endpoint's /v1/models serves
-            await self._collect_host_and_ports()
-            if any(True for _ in self._gpu_snapshot.all_processes()) and self._endpoint_pids():
-                # the GPU was read before the port check said which PID serves which endpoint:
-                # read it again (about 1 ms) so its processes are joined to their endpoints
-                await self._collect_gpu()
+        self._open_lateness()
+        try:
+            async with self._client() as client:
+                if self._discover is not None and not self._configs:
+                    await _within(self._run_discovery(client), left(ONCE_REPORT_RESERVE_S), "discovery")
+                for config in self._configs:
+                    self._add_state(config)
+                gpu = asyncio.ensure_future(self._collect_gpu())
+                runs = [asyncio.ensure_future(self._once_endpoint(s, client, samples, interval_s))
+                        for s in self._states.values()]
+                done, pending = await asyncio.wait([*runs, gpu], timeout=left(ONCE_REPORT_RESERVE_S))
+                if pending:
+                    log.warning("once: gave up after %.1f s (--deadline)", timeout_s)
+                    for task in pending:
+                        task.cancel()
+                    await asyncio.gather(*pending, return_exceptions=True)
+                    for state in self._states.values():
+                        # the probe that was cut, or an endpoint that never got to probe, is a failure the
+                        # report names (kind "deadline")
+                        if state.in_flight:
+                            why = "the probe was still running"
+                        elif state.window.sent == 0:
+                            why = ("no probe could start (GET /v1/models had not answered)" if not state.models_known
+                                   else "no probe had finished")
+                        else:
+                            continue
+                        state.in_flight = False
+                        self._record(state, _failed_sample(
+                            state.config, f"deadline: {why} when --deadline ({timeout_s:g} s) passed"))
+                models = [s.models_task for s in self._states.values() if s.models_task is not None]
+                if models:
+                    await _within(asyncio.gather(*models, return_exceptions=True), left(), "GET /models")
+                # after the probes, so the port check knows what each endpoint's /v1/models serves
+                await _within(self._collect_host_and_ports(), left(), "port check")
+                if any(True for _ in self._gpu_snapshot.all_processes()) and self._endpoint_pids():
+                    # the GPU was read before the port check said which PID serves which endpoint:
+                    # read it again (about 1 ms) so its processes are joined to their endpoints
+                    await _within(self._collect_gpu(), left(), "GPU")
+        finally:
+            self._close_lateness()
         self._publish(self._build_snapshot())
         return self._snapshot
+
+    async def _once_endpoint(self, state: _EndpointState, client: HttpClient, samples: int, interval_s: float) -> None:
+        """`once` for one endpoint: the probes, and scrapes on a schedule of their own while they run."""
+        scraping = None
+        if state.scraper is not None:
+            scraping = asyncio.create_task(self._scrape_while_probing(state, client))
+        try:
+            await self._probe_loop(state, client, count=samples, interval_s=interval_s)
+        finally:
+            if scraping is not None:
+                scraping.cancel()
+                await asyncio.gather(scraping, return_exceptions=True)
+        if state.scraper is not None and (state.server is None or _passing_failure(state.server.status)):
+            # one answer decides the report: a passing failure gets one more try
+            if state.server is not None:
+                await asyncio.sleep(0.5)
+            await self._scrape(state, client)
+
+    async def _scrape_while_probing(self, state: _EndpointState, client: HttpClient) -> None:
+        """Scrape at random gaps (the probes' schedule, its own clock): what the server showed across the run,
+        not only right after lpxtop's own probe ended (its slot not yet refilled)."""
+        while True:
+            await self._scrape(state, client)
+            await asyncio.sleep(next_gap(min(ONCE_SCRAPE_MEAN_S, state.config.metrics_interval_s), self._rng,
+                                         schedule=self.settings.probe_schedule))
 
     def _publish(self, snapshot: Snapshot) -> None:
         previous = self._snapshot
@@ -369,13 +446,21 @@ class Engine:
             log.exception("engine loop failed")
         finally:
             with contextlib.suppress(Exception):
+                _finish_tasks(loop)
                 loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
             self._ready.set()
 
     async def _main(self) -> None:
         self._stopping = asyncio.Event()
+        self._open_lateness()
         self._ready.set()
+        try:
+            await self._run(self._stopping)
+        finally:
+            self._close_lateness()
+
+    async def _run(self, stopping: asyncio.Event) -> None:
         async with self._client() as client:
             for config in self._configs:
                 self._start_endpoint(self._add_state(config), client)
@@ -386,8 +471,8 @@ class Engine:
             ]
             if self._discover is not None and self.settings.discover:
                 background.append(asyncio.create_task(self._discovery_loop(client)))
-            await self._stopping.wait()
-            tasks = background + [t for s in self._states.values() for t in s.tasks]
+            await stopping.wait()
+            tasks = background + [t for s in self._states.values() for t in (*s.tasks, s.models_task) if t is not None]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -414,17 +499,41 @@ class Engine:
         if state.scraper is not None:
             state.tasks.append(asyncio.create_task(self._scrape_loop(state, client), name=f"scrape:{state.config.name}"))
 
-    async def _probe_loop(self, state: _EndpointState, client: HttpClient) -> None:
-        """One probe at a time per endpoint, started every interval (or right after a slow one)."""
-        while True:
+    def _open_lateness(self) -> None:
+        """Watch the loop's and the thread's lateness (on the engine's thread, which schedstat names)."""
+        self._lag = LoopLag()
+        self._cpu_wait = ThreadCpuWait()
+
+    def _close_lateness(self) -> None:
+        if self._cpu_wait is not None:
+            self._cpu_wait.close()
+        self._lag = self._cpu_wait = None
+
+    async def _probe_loop(
+        self, state: _EndpointState, client: HttpClient, count: int | None = None, interval_s: float | None = None
+    ) -> None:
+        """One probe at a time per endpoint, each after a random gap (schedule.py); `count` probes, or forever."""
+        sent = 0
+        while count is None or sent < count:
             while self._paused:
                 await state.wake.nap(None)
-            began = time.monotonic()
             sample = await self._probe(state, client)
-            delay = state.config.interval_s * self._interval_scale - (time.monotonic() - began)
-            if sample is not None and sample.retry_after_s:
-                delay = max(delay, min(sample.retry_after_s, MAX_INTERVAL_S))
-            await state.wake.nap(max(0.0, delay))  # woken early on reset / interval change / resume
+            sent += 1
+            if count is not None and sent >= count:
+                return
+            await self._wait_for_next(state, sample, interval_s)
+
+    async def _wait_for_next(self, state: _EndpointState, sample: Sample | None, interval_s: float | None) -> None:
+        """The gap before the next probe. A new interval draws a new gap at once (the clock has no memory,
+        so that is still an exponential gap); resume ends the wait."""
+        retry_after = min(sample.retry_after_s, MAX_INTERVAL_S) if sample is not None and sample.retry_after_s else 0.0
+        while True:
+            scale = self._interval_scale
+            mean = (interval_s or state.config.interval_s) * scale
+            gap = max(next_gap(mean, self._rng, schedule=self.settings.probe_schedule), retry_after)
+            woken = await state.wake.nap(gap)
+            if not woken or self._paused or scale == self._interval_scale:
+                return
 
     async def _probe(self, state: _EndpointState, client: HttpClient) -> Sample | None:
         try:
@@ -435,10 +544,27 @@ class Engine:
             if model is None and error is not None:
                 sample = _failed_sample(state.config, error)
             else:
-                sample = await run_probe(client, state.config, model, include_usage=state.include_usage)
-                if state.include_usage and rejects_stream_options(sample):
-                    state.include_usage = False
-                    sample = await run_probe(client, state.config, model, include_usage=False)
+                # lpxtop's own lateness while the probe runs: the loop's timer lag, the thread's CPU wait
+                lag_ns, wait_ns = 0, None
+                watch = self._lag.watch() if self._lag is not None else None
+                cpu_wait = self._cpu_wait
+                waited_before = cpu_wait.read() if cpu_wait is not None else None
+                began_ns = time.perf_counter_ns()
+                try:
+                    sample = await run_probe(client, state.config, model, include_usage=state.include_usage)
+                    if state.include_usage and rejects_stream_options(sample):
+                        state.include_usage = False
+                        sample = await run_probe(client, state.config, model, include_usage=False)
+                finally:
+                    if watch is not None:
+                        lag_ns = watch.close()
+                    waited_after = cpu_wait.read() if cpu_wait is not None else None
+                    if waited_before is not None and waited_after is not None:
+                        wait_ns = waited_after - waited_before
+                took_ns = time.perf_counter_ns() - began_ns
+                self.lateness.append((state.config.name, lag_ns, wait_ns, took_ns))
+                if client_was_late(lag_ns, wait_ns, took_ns):
+                    sample = replace(sample, client_limited=True)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bug in one probe must not stop the others
@@ -446,28 +572,62 @@ class Engine:
             sample = _failed_sample(state.config, f"other: {type(exc).__name__}: {exc}")
         finally:
             state.in_flight = False
-        state.window.add(sample)
+        self._record(state, sample)
+        return sample
+
+    def _record(self, state: _EndpointState, sample: Sample) -> None:
+        """Put a finished probe into the window; a sample the statistics cannot take is logged, not fatal.
+
+        The server's words in it (an error message that may echo the request's key, a model id with
+        terminal escapes) pass through `textsafe.scrub` here, where they enter the engine's records,
+        so every reader (UI, JSON, table, listeners) gets them clean."""
+        message, model = sample.error_message, sample.model
+        if (message and scrub(message) != message) or (model and scrub(model) != model):
+            sample = replace(sample, error_message=scrub(message), model=scrub(model))
+        try:
+            state.window.add(sample)
+        except Exception:  # noqa: BLE001 - no sample may stop an endpoint's probe loop
+            log.exception("the statistics of %s could not take a sample; left out", state.config.name)
         state.changed()
         self._dirty = True
         if self._listeners:
             self._emit(SampleEvent(state.config.name, sample))
-        return sample
 
     async def _resolve_model(self, state: _EndpointState, client: HttpClient) -> tuple[str | None, str | None]:
-        """Ask /v1/models now and then: for the model to send when none is configured, and for ports' mismatch check."""
+        """The model to send. Once a model is known (configured, or listed before) the probe does not wait:
+        GET /v1/models (for the ports' mismatch check) runs beside it now and then. Without one, the
+        probe needs its answer."""
         now = time.monotonic()
-        if state.model is not None and now - state.models_checked_at < 60.0:
+        if state.models_known and now - state.models_checked_at < MODELS_RECHECK_S:
+            return state.model, None if state.model is not None else "http_404: GET /models listed no model; pass --model"
+        if state.model is not None:
+            if state.models_task is None or state.models_task.done():
+                state.models_checked_at = now
+                state.models_task = asyncio.create_task(self._check_models(state, client),
+                                                        name=f"models:{state.config.name}")
             return state.model, None
         state.models_checked_at = now
-        ids, error = await fetch_models(client, state.config)
-        # on failure nothing is known to be served: a stale list would hide a port taken over by another process
-        state.served_models = ids
-        state.models_known = True
-        if state.config.model is None and ids:
-            state.model = ids[0]
+        error = await self._check_models(state, client)
         if state.model is None:
             return None, error or "http_404: GET /models listed no model; pass --model"
         return state.model, None
+
+    async def _check_models(self, state: _EndpointState, client: HttpClient) -> str | None:
+        """Ask GET /v1/models, bounded as a whole (as the endpoint's requests are); returns the error, if any."""
+        limit = min(MODELS_TIMEOUT_S, state.config.timeout_s)
+        try:
+            ids, error = await asyncio.wait_for(fetch_models(client, state.config, limit), limit)
+        except asyncio.TimeoutError:
+            ids, error = (), f"read_timeout: GET /models did not finish within {limit:g} s"
+        ids = tuple(t for t in (scrub(i) for i in ids) if t)  # model ids are outside text
+        # on failure nothing is known to be served: a stale list would hide a port taken over by another process
+        state.served_models = ids
+        state.models_known = True
+        state.models_checked_at = time.monotonic()
+        if state.config.model is None and ids:
+            state.model = ids[0]
+        state.changed()
+        return error
 
     @staticmethod
     async def _every(period_s: float, work: Callable[[], Awaitable[None]]) -> None:
@@ -653,6 +813,31 @@ class Engine:
             if extra:
                 snapshot = replace(snapshot, alerts=(*snapshot.alerts, *extra))
         return snapshot
+
+
+def _finish_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks still pending when the engine stops (a scraper's own, say) and let them end, as
+    asyncio.run does: none is destroyed pending, and their connections close on a loop that still runs."""
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+
+
+def client_was_late(lag_ns: int, wait_ns: int | None, took_ns: int) -> bool:
+    """Whether lpxtop's own lateness while a probe ran may have moved its figures (see the limits above)."""
+    if lag_ns > CLIENT_LAG_LIMIT_NS:
+        return True
+    return wait_ns is not None and wait_ns > max(CLIENT_CPU_WAIT_MIN_NS, CLIENT_CPU_WAIT_SHARE * took_ns)
+
+
+async def _within(work: Awaitable[Any], seconds: float, what: str) -> None:
+    """Await `work` for at most `seconds` (then cancel it); `once` must end within its deadline."""
+    try:
+        await asyncio.wait_for(work, max(0.001, seconds))
+    except asyncio.TimeoutError:
+        log.warning("once: %s cut at the deadline", what)
 
 
 def _failed_sample(config: EndpointConfig, error: str) -> Sample:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import math
+import time
 from array import array
 from bisect import bisect_left, insort
 from collections import Counter, deque
+from collections.abc import Sequence
 
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import Percentiles, Sample
 from lpxtop.model.server import ServerMetrics
-from lpxtop.model.snapshot import EndpointView, ServerPoint
+from lpxtop.model.snapshot import EndpointView, GaugeSummary, ServerPoint, ServerSummary
 
 DEFAULT_WINDOW_S = 300.0
 DEFAULT_MAX_SAMPLES = 300
@@ -17,10 +20,22 @@ SERVER_HISTORY = 300
 
 
 class EndpointWindow:
-    """The last `window_s` seconds (at most `max_samples`) of one endpoint's probes, plus lifetime counters."""
+    """The last `window_s` seconds (at most `max_samples`) of one endpoint's probes, plus lifetime counters.
 
-    def __init__(self, window_s: float = DEFAULT_WINDOW_S, max_samples: int = DEFAULT_MAX_SAMPLES) -> None:
+    A `client_limited` probe (lpxtop itself was late while it ran) stays in the window and its counts,
+    but its times are left out of the percentiles unless `include_client_limited`, or unless no other
+    successful probe is in the window (then the percentiles come from the client-limited ones, and the
+    view says so: a marked figure rather than none, as for `once -n 1` on a busy host).
+    """
+
+    def __init__(
+        self, window_s: float = DEFAULT_WINDOW_S, max_samples: int = DEFAULT_MAX_SAMPLES, *,
+        include_client_limited: bool = False,
+    ) -> None:
         self.window_s = window_s
+        self.include_client_limited = include_client_limited
+        self.client_limited = 0
+        self.last_sample_end: float | None = None  # wall clock when the last probe finished
         self.samples: deque[Sample] = deque(maxlen=max_samples)
         self.server_history: deque[ServerPoint] = deque(maxlen=SERVER_HISTORY)
         self.sent = 0
@@ -33,6 +48,9 @@ class EndpointWindow:
         # per probe instead of re-sorting ~4,600 ITL gaps for each summary. Arrays of doubles rather
         # than lists of floats: 8 bytes a value instead of 32.
         self._sorted: dict[str, array[float]] = {name: array("d") for name in (*_MEASURES, "itl_ms")}
+        # the same for the client-limited probes left out of them, and how many of each are in the window
+        self._limited: dict[str, array[float]] = {name: array("d") for name in (*_MEASURES, "itl_ms")}
+        self._counted = {False: 0, True: 0}
         self._approx = 0  # successful samples in the window whose token count is approximate
         # The summary depends on the samples alone: rebuilt only when a sample comes or goes, not for
         # each /metrics scrape or in-flight flag that also makes a new view.
@@ -45,6 +63,9 @@ class EndpointWindow:
         self.samples.append(sample)
         self._count(sample, insert=True)
         self.sent += 1
+        self.last_sample_end = time.time()
+        if sample.client_limited:
+            self.client_limited += 1
         if sample.ok:
             self.ok += 1
         else:
@@ -55,8 +76,10 @@ class EndpointWindow:
         self._prune(sample.wall_time)
 
     def add_server_point(self, metrics: ServerMetrics, wall_time: float) -> None:
+        # a gauge may legally be +Inf or NaN in /metrics: charts and sparklines get finite numbers or None
         self.server_history.append(
-            ServerPoint(wall_time, metrics.requests_waiting, metrics.requests_running, metrics.kv_cache_usage)
+            ServerPoint(wall_time, finite(metrics.requests_waiting), finite(metrics.requests_running),
+                        finite(metrics.kv_cache_usage))
         )
 
     def reset(self) -> None:
@@ -64,9 +87,12 @@ class EndpointWindow:
         self.samples.clear()
         for name in self._sorted:
             self._sorted[name] = array("d")
+            self._limited[name] = array("d")
+        self._counted = {False: 0, True: 0}
         self._approx = 0
         self.server_history.clear()
-        self.sent = self.ok = self.failed = 0
+        self.sent = self.ok = self.failed = self.client_limited = 0
+        self.last_sample_end = None
         self.errors.clear()
         self.last_error = None
         self.last_error_time = None
@@ -80,17 +106,25 @@ class EndpointWindow:
             self.server_history.popleft()
 
     def _count(self, sample: Sample, insert: bool) -> None:
-        """Put a successful sample's values into the sorted arrays, or take them out."""
+        """Put a successful sample's values into the sorted arrays, or take them out.
+
+        Only finite numbers enter (a 400-digit token count, or a measure computed from one, is left
+        out): the same test on the way in and out keeps the arrays consistent.
+        """
         if not sample.ok:
             return
+        apart = sample.client_limited and not self.include_client_limited
+        arrays = self._limited if apart else self._sorted
+        self._counted[apart] += 1 if insert else -1
         change = _insert if insert else _remove
         for name in _MEASURES:
-            value = getattr(sample, name)
+            value = _measure(sample, name)
             if value is not None:
-                change(self._sorted[name], float(value))
-        itl = self._sorted["itl_ms"]
+                change(arrays[name], value)
+        itl = arrays["itl_ms"]
         for gap in sample.itl_ms:
-            change(itl, gap)
+            if math.isfinite(gap):
+                change(itl, gap)
         if sample.output_tokens_approx:
             self._approx += 1 if insert else -1
 
@@ -108,7 +142,13 @@ class EndpointWindow:
         self._prune(now)
         summary = self._summary
         if summary is None:
-            summary = self._summary = _Summary(tuple(self.samples), self._sorted, self._approx > 0)
+            only_limited = not self._counted[False] and self._counted[True] > 0
+            summary = self._summary = _Summary(tuple(self.samples), self._limited if only_limited else self._sorted,
+                                               self._approx > 0)
+            summary.with_client_limited = only_limited or (self.include_client_limited and self.client_limited > 0)
+        server_summary = None
+        if self.samples and self.last_sample_end is not None:
+            server_summary = summarize_server(self.server_history, self.samples[0].wall_time, self.last_sample_end)
         return EndpointView(
             config=config,
             status=summary.status,
@@ -117,6 +157,8 @@ class EndpointWindow:
             probes_sent=self.sent,
             probes_ok=self.ok,
             probes_failed=self.failed,
+            probes_client_limited=self.client_limited,
+            percentiles_with_client_limited=summary.with_client_limited,
             errors=dict(self.errors),
             ttft_ms=summary.ttft_ms,
             itl_ms=summary.itl_ms,
@@ -131,14 +173,55 @@ class EndpointWindow:
             server=server,
             server_history=tuple(self.server_history),
             in_flight=in_flight,
+            server_summary=server_summary,
         )
+
+
+def finite(value: object) -> float | None:
+    """`value` as a finite float, or None (None, NaN, ±Inf, a number too large for a float, not a number)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _measure(sample: Sample, name: str) -> float | None:
+    try:
+        return finite(getattr(sample, name))
+    except (ArithmeticError, TypeError, ValueError):  # e.g. TPOT from a token count too large for a float
+        return None
+
+
+def summarize_server(points: Sequence[ServerPoint], since: float, until: float) -> ServerSummary | None:
+    """Last, max and mean of the server's gauges over the scrapes taken between `since` and `until`."""
+    inside = [p for p in points if since <= p.wall_time <= until]
+    if not inside:
+        return None
+
+    def gauge(values: list[float | None]) -> GaugeSummary | None:
+        known = [v for v in values if v is not None]
+        if not known:
+            return None
+        return GaugeSummary(last=known[-1], max=max(known), mean=sum(known) / len(known), count=len(known))
+
+    return ServerSummary(
+        scrapes=len(inside),
+        since=inside[0].wall_time,
+        until=inside[-1].wall_time,
+        requests_running=gauge([p.requests_running for p in inside]),
+        requests_waiting=gauge([p.requests_waiting for p in inside]),
+        kv_cache_usage=gauge([p.kv_cache_usage for p in inside]),
+    )
 
 
 class _Summary:
     """What a window's samples say, computed once per set of samples."""
 
     __slots__ = ("samples", "status", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s",
-                 "output_tokens", "output_tokens_approx")
+                 "output_tokens", "output_tokens_approx", "with_client_limited")
 
     def __init__(self, samples: tuple[Sample, ...], ordered: dict[str, array[float]], approx: bool) -> None:
         self.samples = samples
@@ -150,6 +233,7 @@ class _Summary:
         self.output_tokens_per_s = Percentiles.of_sorted(ordered["decode_tokens_per_s"])
         self.output_tokens = Percentiles.of_sorted(ordered["output_tokens"])
         self.output_tokens_approx = approx
+        self.with_client_limited = False
 
 
 # The per-sample measures summarized as percentiles (besides ITL, which has many values per sample).

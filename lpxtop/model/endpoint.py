@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 DEFAULT_PROMPT = "Write one short sentence about the sea."
+# Query parameters whose value is a credential (Gemini's `key=`, signed URLs' `sig=`).
+SECRET_PARAM = re.compile(r"(?i)(^|[-_])(key|token|secret|sig|signature|password|auth)$")
 
 
 @dataclass(frozen=True)
 class EndpointConfig:
     """One OpenAI-compatible endpoint to probe.
 
-    `url` is the API base, ending in `/v1` (``http://127.0.0.1:8000/v1``). The API key itself is
-    never stored here: only the name of the environment variable that holds it.
+    `url` is the API base, ending in `/v1` (``http://127.0.0.1:8000/v1``), with the query that every
+    request carries when there is one (Azure's ``?api-version=...``). The API key itself is never
+    stored here: only the name of the environment variable that holds it.
     """
 
     name: str
@@ -55,6 +59,20 @@ class EndpointConfig:
             return parts.port
         return 443 if parts.scheme == "https" else 80
 
+    def api_url(self, path: str) -> str:
+        """The URL of an API route (``/chat/completions``, ``/models``) under `url`, with its query."""
+        base, _, query = self.url.partition("?")
+        return base.rstrip("/") + path + (f"?{query}" if query else "")
+
+    @property
+    def display_url(self) -> str:
+        """`url` to show: the values of credential-like query parameters (``key=``, ``sig=``) masked."""
+        base, _, query = self.url.partition("?")
+        if not query:
+            return self.url
+        pairs = [(k, "***" if SECRET_PARAM.search(k) else v) for k, v in parse_qsl(query, keep_blank_values=True)]
+        return f"{base}?{urlencode(pairs, safe='*')}"
+
     @property
     def effective_metrics_url(self) -> str:
         return self.metrics_url or f"{self.origin}/metrics"
@@ -63,7 +81,7 @@ class EndpointConfig:
         """Settings safe to show or export: the API key is never included, only its variable's name."""
         return {
             "name": self.name,
-            "url": self.url,
+            "url": self.display_url,
             "model": self.model,
             "api": self.api,
             "api_key_env": self.api_key_env,

@@ -85,6 +85,7 @@ class Sample:
     prompt_tokens: int | None = None
     finish_reason: str | None = None
     retry_after_s: float | None = None
+    client_limited: bool = False  # lpxtop itself was late while it ran (loop lag or CPU wait): see engine/clientlimit.py
 
     @property
     def itl_ms(self) -> tuple[float, ...]:

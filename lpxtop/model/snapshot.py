@@ -36,6 +36,44 @@ class RangeSeries:
 
 
 @dataclass(frozen=True)
+class GaugeSummary:
+    """One server gauge over several scrapes: the last value, the largest and the mean."""
+
+    last: float
+    max: float
+    mean: float
+    count: int
+
+    def to_json(self, digits: int = 4) -> dict:
+        return {"last": round(self.last, digits), "max": round(self.max, digits), "mean": round(self.mean, digits)}
+
+
+@dataclass(frozen=True)
+class ServerSummary:
+    """What the server showed across the probes' span (for `once`: the scrapes taken while probing),
+    scraped on a schedule of its own, so not only right after lpxtop's own probe ended."""
+
+    scrapes: int
+    since: float  # wall clock of the first and last scrape counted
+    until: float
+    requests_running: GaugeSummary | None
+    requests_waiting: GaugeSummary | None
+    kv_cache_usage: GaugeSummary | None  # 0..1
+
+    def to_json(self) -> dict:
+        def g(x: GaugeSummary | None) -> dict | None:
+            return x.to_json() if x is not None else None
+
+        return {
+            "scrapes": self.scrapes,
+            "span_s": round(self.until - self.since, 3),
+            "requests_running": g(self.requests_running),
+            "requests_waiting": g(self.requests_waiting),
+            "kv_cache_usage": g(self.kv_cache_usage),
+        }
+
+
+@dataclass(frozen=True)
 class EndpointView:
     """Everything known about one endpoint at snapshot time, already summarized over the window."""
 
@@ -65,6 +103,10 @@ class EndpointView:
     window_error_rate: float | None = None  # failed share over the window, when `samples` is empty
     gpu_mem_bytes: float | None = None  # GPU memory held by the processes serving this endpoint
     ranges: tuple[RangeSeries, ...] = ()  # charts' data when there are no samples
+    probes_client_limited: int = 0  # probes during which lpxtop itself was late (left out of percentiles by default)
+    # the percentiles count client-limited probes (asked for, or no other probe was in the window)
+    percentiles_with_client_limited: bool = False
+    server_summary: ServerSummary | None = None  # the server's gauges across the probes' span
 
     @property
     def name(self) -> str:
@@ -92,7 +134,7 @@ class EndpointView:
 
         data = {
             "name": self.config.name,
-            "url": self.config.url,
+            "url": self.config.display_url,
             "model": self.model,
             "server_kind": self.server_kind,
             "status": "down" if self.status == "pending" else self.status,
@@ -102,12 +144,15 @@ class EndpointView:
                 "ok": self.probes_ok,
                 "failed": self.probes_failed,
                 "errors": dict(sorted(self.errors.items())),
+                "client_limited": self.probes_client_limited,
             },
             "latency_ms": {"ttft": p(self.ttft_ms), "itl": p(self.itl_ms), "tpot": p(self.tpot_ms), "e2e": p(self.e2e_ms)},
             "output_tokens_per_s": p(self.output_tokens_per_s),
             "output_tokens": p(self.output_tokens),
             "output_tokens_approximate": self.output_tokens_approx,
+            "latency_includes_client_limited": self.percentiles_with_client_limited,
             "server": self.server.to_json() if self.server is not None else None,
+            "server_while_probing": self.server_summary.to_json() if self.server_summary is not None else None,
             "last_error": self.last_error,
         }
         if self.host is not None:

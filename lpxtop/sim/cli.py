@@ -8,7 +8,7 @@ import contextlib
 import signal
 import sys
 
-from lpxtop.sim.config import SimConfig, parse_background_load
+from lpxtop.sim.config import SimConfig, parse_background_load, parse_wave_load
 from lpxtop.sim.server import SimServer
 
 
@@ -68,6 +68,11 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         "e.g. 2,24,60 (default: off)",
     )  # fmt: skip
     parser.add_argument(
+        "--wave-load", default="off", metavar="CLIENTS,TOKENS",
+        help="a closed loop of CLIENTS virtual clients asking for TOKENS tokens each, admitted in waves "
+        "(new requests only once the batch has emptied), e.g. 4,64 (default: off)",
+    )  # fmt: skip
+    parser.add_argument(
         "--seed",
         type=int,
         default=d.seed,
@@ -88,6 +93,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         tokens_per_chunk=args.tokens_per_chunk,
         empty_chunk_rate=args.empty_chunk_rate,
         background_load=parse_background_load(args.background_load),
+        wave_load=parse_wave_load(args.wave_load),
         seed=args.seed,
     )
 

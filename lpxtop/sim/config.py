@@ -35,6 +35,11 @@ class SimConfig:
     tokens_per_chunk: int = 1
     background_load: BackgroundLoad | None = None
     seed: int = 0
+    # (clients, tokens): a closed loop of `clients` virtual clients, each asking for `tokens` output
+    # tokens and asking again the moment its request ends, with the scheduler admitting new requests
+    # only when the running batch has emptied, so they run in waves (as vLLM did under `vllm bench
+    # serve` with requests of one length). The waves' times are kept in Engine.waves (ground truth).
+    wave_load: tuple[int, int] | None = None
 
     batch_factor: float = 0.05
     prefill_ms_per_token: float = 0.02
@@ -80,6 +85,10 @@ class SimConfig:
             raise ValueError("fail_rate must be between 0 and 1")
         if not 0.0 <= self.empty_chunk_rate <= 1.0:
             raise ValueError("empty_chunk_rate must be between 0 and 1")
+        if self.wave_load is not None:
+            clients, tokens = self.wave_load
+            if clients < 1 or tokens < 1:
+                raise ValueError("wave_load needs at least 1 client and 1 token")
         if self.role_chunk_at not in ("received", "admitted", "first_token"):
             raise ValueError("role_chunk_at must be 'received', 'admitted' or 'first_token'")
         self.max_model_len = max(2, min(self.max_model_len, self.kv_tokens))
@@ -100,6 +109,21 @@ def load_function(load: BackgroundLoad | None) -> Callable[[float], float] | Non
         return low + (high - low) * (1.0 - math.cos(2.0 * math.pi * t / period_s)) / 2.0
 
     return sine
+
+
+def parse_wave_load(text: str) -> tuple[int, int] | None:
+    """Parse "CLIENTS,TOKENS" (or "off"/"" for none) as given on the command line."""
+    text = text.strip().lower()
+    if text in ("", "off", "none", "0"):
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        clients, tokens = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"wave load {text!r}: expected CLIENTS,TOKENS such as 4,64") from None
+    if clients < 1 or tokens < 1:
+        raise ValueError(f"wave load {text!r}: need CLIENTS >= 1 and TOKENS >= 1")
+    return (clients, tokens)
 
 
 def parse_background_load(text: str) -> tuple[float, float, float] | None:

@@ -1,7 +1,7 @@
 """The simulated engine: one asyncio scheduler loop doing continuous batching over a KV-cache budget.
 
 Each iteration (a "step") admits waiting requests FIFO while there is a free slot (max_num_seqs) and
-room in the KV cache, preempts the newest running request while the step's new tokens would not fit,
+room in the KV cache (with `wave_load`, only once the batch has emptied: waves), preempts the newest running request while the step's new tokens would not fit,
 sleeps for the step's simulated duration, then hands every scheduled request its next token. Handlers
 read tokens from the request's own asyncio.Queue; virtual (background) requests have none.
 """
@@ -27,7 +27,22 @@ from lpxtop.sim.prefix_cache import PrefixCache
 EngineEvent = tuple
 
 _BACKGROUND_TICK_S = 0.25
+_MAX_WAVES = 10_000
 _SYSTEM_PREFIX = [f"<sys{i}>" for i in range(64)]  # shared by virtual requests, so the prefix cache hits
+
+
+@dataclass
+class Wave:
+    """One admission of the wave mode: when it was admitted and when its first tokens came (perf_counter_ns).
+
+    A request that reaches the queue at `t` (with a slot free in the next wave) is admitted by the first
+    wave with `admitted_ns >= t` and has its first token at that wave's `first_token_ns`: the ground
+    truth of the TTFT a request arriving at any moment would see.
+    """
+
+    admitted_ns: int
+    size: int
+    first_token_ns: int | None = None
 
 
 @dataclass(eq=False)
@@ -40,6 +55,7 @@ class SimRequest:
     target_tokens: int  # where it stops: max_tokens, or earlier for a simulated EOS
     finish_reason: str = "length"  # reason when target_tokens is reached
     virtual: bool = False
+    closed_loop: bool = False  # a wave-load client's request: the client asks again when it ends
     first_token_delay_s: float = 0.0
     arrival_s: float = field(default_factory=time.perf_counter)
     events: asyncio.Queue | None = None
@@ -80,6 +96,8 @@ class Engine:
         self._virtual_ids = itertools.count(1)
         self._virtual_in_flight = 0
         self._started_s = time.perf_counter()
+        self._waves: deque[Wave] = deque(maxlen=_MAX_WAVES)
+        self._stopping = False
 
     @property
     def requests_running(self) -> int:
@@ -107,6 +125,11 @@ class Engine:
         return self._preemptions
 
     @property
+    def waves(self) -> list[Wave]:
+        """The wave mode's admissions, oldest first (bounded; empty without `wave_load`)."""
+        return list(self._waves)
+
+    @property
     def virtual_in_flight(self) -> int:
         """Background (virtual) requests waiting or running."""
         return self._virtual_in_flight
@@ -114,7 +137,11 @@ class Engine:
     def start(self) -> None:
         """Start the scheduler loop (and the background load, if configured) on the running loop."""
         self._started_s = time.perf_counter()
+        self._stopping = False
         self._tasks.append(asyncio.create_task(self._schedule_loop(), name="sim-scheduler"))
+        if self.config.wave_load is not None:
+            for _ in range(self.config.wave_load[0]):
+                self._submit_closed_loop()
         load = load_function(self.config.background_load)
         if load is not None:
             self._tasks.append(asyncio.create_task(self._background_loop(load), name="sim-background"))
@@ -122,6 +149,7 @@ class Engine:
 
     async def stop(self) -> None:
         """Stop the loops and end every request still in flight with "abort"."""
+        self._stopping = True
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -182,6 +210,10 @@ class Engine:
 
     def _admit(self, now: float) -> None:
         cfg = self.config
+        if cfg.wave_load is not None:
+            if self._running or not self._waiting:
+                return  # waves: nobody joins a batch that is still running
+            self._waves.append(Wave(admitted_ns=int(now * 1e9), size=0))
         while self._waiting and len(self._running) < cfg.max_num_seqs:
             request = self._waiting[0]
             # A preempted request recomputes its prompt and what it has generated so far.
@@ -202,6 +234,8 @@ class Engine:
             self._kv_used += request.kv_held
             request.state = "prefill"
             self._running.append(request)
+            if cfg.wave_load is not None:
+                self._waves[-1].size += 1
             if request.scheduled_s is None:
                 request.scheduled_s = now
                 request.prefill_ready_s = now + request.first_token_delay_s
@@ -259,6 +293,8 @@ class Engine:
             if request.first_token_s is None:
                 request.first_token_s = now
                 m.h_ttft.observe(now - request.arrival_s)
+                if self._waves and self._waves[-1].first_token_ns is None:
+                    self._waves[-1].first_token_ns = int(now * 1e9)
             elif request.last_token_s is not None:
                 m.h_itl.observe(now - request.last_token_s)
             request.last_token_s = now
@@ -301,6 +337,21 @@ class Engine:
         request.state = "finished"
         if request.virtual:
             self._virtual_in_flight -= 1
+        if request.closed_loop and not self._stopping:
+            self._submit_closed_loop()  # the client asks again at once: it is waiting when the batch empties
+
+    def _submit_closed_loop(self) -> None:
+        assert self.config.wave_load is not None
+        tokens = max(1, min(self.config.wave_load[1], self.config.max_model_len - len(_SYSTEM_PREFIX[:16]) - 1))
+        request = SimRequest(
+            request_id=f"virtual-{next(self._virtual_ids)}",
+            prompt=_SYSTEM_PREFIX[:16],
+            max_tokens=tokens,
+            target_tokens=tokens,
+            virtual=True,
+            closed_loop=True,
+        )
+        self.submit(request)
 
     def _publish(self) -> None:
         self.metrics.set_state(len(self._running), len(self._waiting), self.kv_cache_usage)

@@ -1,11 +1,13 @@
 """Turning numbers into short cell text, and values into a severity level for colour.
 
 Pure functions over numbers and Rich text, no Textual: every widget formats the same way, and tests check them directly.
-Unknown values are always `--`, never 0.
+Unknown values are always `--`, never 0. So are numbers that are not finite (a server may legally report
+a gauge as +Inf or NaN) or too large for a float: every function here takes any number without raising.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from rich.text import Text
@@ -33,6 +35,17 @@ DEFAULT_THRESHOLDS: dict[str, tuple[float, float]] = {
 LEVELS = ("ok", "warning", "critical", "unknown")
 
 
+def known(value: object) -> float | None:
+    """`value` as a finite float, or None: None, NaN, ±Inf, a number too large for a float, not a number."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
 def merge_thresholds(overrides: Mapping[str, tuple[float, float]] | None) -> dict[str, tuple[float, float]]:
     """The defaults with the caller's limits laid over them."""
     merged = dict(DEFAULT_THRESHOLDS)
@@ -44,6 +57,7 @@ def merge_thresholds(overrides: Mapping[str, tuple[float, float]] | None) -> dic
 
 def level(value: float | None, key: str, thresholds: Mapping[str, tuple[float, float]]) -> str:
     """"ok", "warning" or "critical" for `value` against thresholds[key]; "unknown" for None."""
+    value = known(value)
     if value is None:
         return "unknown"
     limits = thresholds.get(key)
@@ -59,6 +73,7 @@ def level(value: float | None, key: str, thresholds: Mapping[str, tuple[float, f
 
 def fmt_ms(value: float | None) -> str:
     """Milliseconds in at most 6 characters: 3.2, 142, 1.25s, 12.3s, 2m05s."""
+    value = known(value)
     if value is None:
         return UNKNOWN
     if value < 10:
@@ -76,6 +91,7 @@ def fmt_ms(value: float | None) -> str:
 
 def fmt_signed_ms(value: float | None) -> str:
     """A difference in ms with its sign: +24, -3.1, +1.20s."""
+    value = known(value)
     if value is None:
         return UNKNOWN
     sign = "-" if value < 0 else "+"
@@ -84,6 +100,7 @@ def fmt_signed_ms(value: float | None) -> str:
 
 def fmt_rate(value: float | None) -> str:
     """Tokens per second: 8.4, 84.2, 842, 1.2k."""
+    value = known(value)
     if value is None:
         return UNKNOWN
     if value < 100:
@@ -97,7 +114,8 @@ def fmt_rate(value: float | None) -> str:
 
 def fmt_pct(value: float | None, *, fraction: bool = False, digits: int = 0) -> str:
     """A percentage; `fraction=True` when the value is 0..1."""
-    if value is None:
+    value = known(value)
+    if value is None or (fraction and known(value * 100.0) is None):
         return UNKNOWN
     pct = value * 100.0 if fraction else value
     return f"{pct:.{digits}f}%"
@@ -105,6 +123,7 @@ def fmt_pct(value: float | None, *, fraction: bool = False, digits: int = 0) -> 
 
 def fmt_count(value: float | None) -> str:
     """A gauge that counts things (requests): integers without a decimal point."""
+    value = known(value)
     if value is None:
         return UNKNOWN
     if float(value).is_integer():
@@ -114,6 +133,7 @@ def fmt_count(value: float | None) -> str:
 
 def fmt_bytes(value: float | None) -> str:
     """Binary units, 1 decimal from GiB: 812M, 71.2G."""
+    value = known(value)
     if value is None:
         return UNKNOWN
     if value < 1024:
@@ -127,6 +147,7 @@ def fmt_bytes(value: float | None) -> str:
 
 def fmt_duration(seconds: float | None) -> str:
     """Compact elapsed time: 45s, 12m03s, 1h02m, 3d04h."""
+    seconds = known(seconds)
     if seconds is None:
         return UNKNOWN
     total = max(0, int(seconds))
@@ -144,7 +165,7 @@ def fmt_duration(seconds: float | None) -> str:
 
 def fmt_ago(event_time: float | None, now: float) -> str:
     """How long before `now` (the snapshot's wall time, never time.time(), so screens are reproducible)."""
-    if event_time is None:
+    if known(event_time) is None or known(now) is None:
         return UNKNOWN
     return fmt_duration(now - event_time) + " ago"
 
@@ -163,12 +184,14 @@ SPARK_CHARS = "▁▂▃▄▅▆▇█"
 
 
 def spark_text(values: Sequence[float | None], width: int) -> str:
-    """A one-line sparkline of the last `width` values; a missing value (a failed probe) is a space."""
-    tail = list(values)[-width:] if width > 0 else []
-    known = [v for v in tail if v is not None]
-    if not known:
+    """A one-line sparkline of the last `width` values; a missing value (a failed probe) is a space,
+    and so is a value that is not a finite number."""
+    tail = [known(v) for v in (list(values)[-width:] if width > 0 else [])]
+    finite = [v for v in tail if v is not None]
+    if not finite:
         return " " * len(tail)
-    low, high = min(known), max(known)
+    # halved, so that two finite values at opposite ends of the float range still have a finite distance
+    low, high = min(finite) / 2, max(finite) / 2
     span = high - low
     out = []
     for v in tail:
@@ -177,7 +200,7 @@ def spark_text(values: Sequence[float | None], width: int) -> str:
         elif span <= 0:
             out.append(SPARK_CHARS[0])
         else:
-            out.append(SPARK_CHARS[min(len(SPARK_CHARS) - 1, int((v - low) / span * len(SPARK_CHARS)))])
+            out.append(SPARK_CHARS[min(len(SPARK_CHARS) - 1, int((v / 2 - low) / span * len(SPARK_CHARS)))])
     return "".join(out)
 
 
@@ -188,6 +211,7 @@ def bar_text(fraction: float | None, width: int) -> str:
     """A horizontal bar `width` cells wide filled to `fraction` (0..1), in eighths of a cell."""
     if width <= 0:
         return ""
+    fraction = known(fraction)
     if fraction is None:
         return "·" * width
     eighths = int(round(max(0.0, min(1.0, fraction)) * width * 8))
@@ -197,10 +221,11 @@ def bar_text(fraction: float | None, width: int) -> str:
 
 
 def ratio(used: float | None, total: float | None) -> float | None:
-    """used / total, or None when either is unknown or the total is 0."""
+    """used / total, or None when either is unknown (or not finite) or the total is 0."""
+    used, total = known(used), known(total)
     if used is None or not total:
         return None
-    return used / total
+    return known(used / total)
 
 
 def join_lines(lines: Sequence[Text]) -> Text:

@@ -150,20 +150,22 @@ def test_collect_once_joins_gpu_processes_to_the_endpoint_they_serve(monkeypatch
 
 
 def test_collect_once_gives_a_failed_last_scrape_one_more_try():
-    """`once` reports what the last scrape saw: one passing failure there (an HTTP 500 here) must not
-    blank the server's figures. Real sockets: the sim answers the probes, a stdlib server /metrics."""
+    """`once` reports what the last scrape saw: a passing failure there (an HTTP 500 here, while the
+    probe runs) must not blank the server's figures. Real sockets: the sim answers the probes, a
+    stdlib server /metrics."""
     import http.server
 
     from lpxtop.engine.servers import ServerScraper
 
     page = (Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
             / "llamacpp-server-0c1e5709-local-capture-after-load.txt").read_bytes()
-    hits: list[int] = []
+    codes: list[int] = []
+    probed = threading.Event()
 
     class Metrics(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - the stdlib's name
-            hits.append(1)
-            code, body = (500, b"busy") if len(hits) == 2 else (200, page)  # the second scrape fails
+            code, body = (200, page) if probed.is_set() else (500, b"busy")  # failing while the probe runs
+            codes.append(code)
             self.send_response(code)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(body)))
@@ -176,14 +178,16 @@ def test_collect_once_gives_a_failed_last_scrape_one_more_try():
     metrics = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
     threading.Thread(target=metrics.serve_forever, daemon=True).start()
     try:
-        with start_sim_in_thread(SimConfig(model="m", ttft_ms=2, itl_ms=1)) as sim:
+        with start_sim_in_thread(SimConfig(model="m", ttft_ms=80, itl_ms=1)) as sim:
             ep = endpoint(sim.url, model="m", metrics_url=f"http://127.0.0.1:{metrics.server_port}/metrics")
-            snap = Engine([ep], scraper_factory=ServerScraper).collect_once(samples=1, timeout_s=30)
+            engine = Engine([ep], scraper_factory=ServerScraper)
+            engine.add_listener(lambda event: probed.set() if type(event).__name__ == "SampleEvent" else None)
+            snap = engine.collect_once(samples=1, timeout_s=30)
     finally:
         metrics.shutdown()
         metrics.server_close()
     server = snap.endpoints[0].server
-    assert len(hits) == 3
+    assert codes[0] == 500 and codes[-1] == 200, codes
     assert server is not None and (server.status, server.kind) == ("ok", "llamacpp"), server
     assert server.requests_running is not None
 
@@ -212,3 +216,23 @@ def test_listeners_get_every_input_and_a_failing_listener_is_dropped():
     samples = [e for e in seen if isinstance(e, SampleEvent)]
     assert all(e.endpoint == "sim" and e.sample.ok for e in samples)
     assert calls["bad"] == 1  # dropped after its first failure; the others kept getting events
+
+
+def test_once_reports_the_server_across_the_run_from_scrapes_of_its_own():
+    """Issue 19 item 5: what the server showed while `once` probed (last, max, mean of running and
+    waiting over scrapes on their own schedule), not one reading taken after lpxtop's probe ended."""
+    from lpxtop.engine.servers import ServerScraper
+
+    # 4 closed-loop clients in waves: 4 running all along, 5 while the probe has its slot
+    config = SimConfig(model="m", ttft_ms=10, itl_ms=2, max_num_seqs=8, wave_load=(4, 40))
+    with start_sim_in_thread(config) as sim:
+        ep = endpoint(sim.url, model="m", max_tokens=8)
+        snap = Engine([ep], scraper_factory=ServerScraper).collect_once(samples=4, timeout_s=30, interval_s=0.1)
+    view = snap.endpoints[0]
+    summary = view.server_summary
+    assert view.probes_ok == 4 and summary is not None and summary.scrapes >= 3, summary
+    running = summary.requests_running
+    assert 4 <= running.mean <= 5 and running.max in (4, 5) and running.count == summary.scrapes
+    doc = view.to_json()["server_while_probing"]
+    assert doc["scrapes"] == summary.scrapes and set(doc["requests_running"]) == {"last", "max", "mean"}
+    assert doc["kv_cache_usage"]["max"] <= 1.0

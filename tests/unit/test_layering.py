@@ -16,6 +16,8 @@ HEADLESS_MODULES = [
     "lpxtop.engine.ports",
     "lpxtop.engine.alerts",
     "lpxtop.engine.discovery",
+    "lpxtop.engine.schedule",
+    "lpxtop.jsonout",
     "lpxtop.model",
     "lpxtop.assemble",
     "lpxtop.report",

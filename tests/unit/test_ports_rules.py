@@ -135,6 +135,19 @@ def test_internal_worker_processes(name, cmdline, worker):
             "vllm serve m --max-num-batched-tokens 8192",
         ),
         (["tritonserver", "--ssl-keyfile", "/etc/k.pem"], "tritonserver --ssl-keyfile /etc/k.pem"),
+        # every secret-looking option form: plural, bearer, short -k, token, joined and separate
+        (["vllm", "serve", "m", "--api-keys", "k1,k2"], "vllm serve m --api-keys ***"),
+        (["vllm", "serve", "m", "--api-keys=k1,k2"], "vllm serve m --api-keys=***"),
+        (["proxy", "--bearer", "abc123", "--bearer-token=xyz"], "proxy --bearer *** --bearer-token=***"),
+        (["srv", "-k", "sk-abc", "-m", "x"], "srv -k *** -m x"),
+        (["srv", "--token", "t0k", "--hf-token=hf_2", "--HF-TOKEN", "hf_3"],
+         "srv --token *** --hf-token=*** --HF-TOKEN ***"),
+        (["srv", "--password", "pw", "--admin-api-key", "ak", "--credentials=c"],
+         "srv --password *** --admin-api-key *** --credentials=***"),
+        (["env", "hf_token=hf_4", "Anthropic_Api_Key=a", "srv", "--max-tokens=16"],
+         "env hf_token=*** Anthropic_Api_Key=*** srv --max-tokens=16"),
+        # terminal escapes in a command line never reach the screen
+        (["srv", "\x1b]0;owned\x07--port", "\x1b[2J8000"], "srv --port 8000"),
     ],
 )
 def test_secrets_are_masked_in_command_lines(argv, shown):

@@ -86,3 +86,49 @@ def test_the_summary_is_kept_until_a_sample_comes_or_goes():
     assert len(later.samples) == 2
     pruned = window.view(CONFIG, now=161.0, model=None, server=None, server_kind="vllm")
     assert len(pruned.samples) == 1
+
+
+def _ok(wall_time: float, ttft: float, **kw) -> Sample:
+    kw.setdefault("output_tokens", 3)
+    return Sample(endpoint="e", wall_time=wall_time, start_ns=0, ok=True, ttft_ms=ttft, e2e_ms=ttft + 30,
+                  token_event_ms=(ttft, ttft + 10, ttft + 30), tokens_per_event=(1, 1, 1), **kw)
+
+
+def test_client_limited_probes_are_counted_and_left_out_of_the_percentiles_unless_asked():
+    for include in (False, True):
+        window = EndpointWindow(include_client_limited=include)
+        window.add(_ok(1.0, 50.0))
+        window.add(_ok(2.0, 900.0, client_limited=True))
+        view = window.view(CONFIG, now=3.0, model="m", server=None, server_kind="vllm")
+        assert view.probes_sent == 2 and view.probes_client_limited == 1
+        assert view.to_json()["probes"]["client_limited"] == 1
+        assert view.ttft_ms.count == (2 if include else 1) and view.ttft_ms.max == (900.0 if include else 50.0)
+        assert view.percentiles_with_client_limited == include
+        window.add(_ok(400.0, 60.0))  # the limited one leaves the window: taken out only where it was put in
+        view = window.view(CONFIG, now=400.0, model="m", server=None, server_kind="vllm")
+        assert view.ttft_ms.count == 1 and view.ttft_ms.p50 == 60.0
+
+
+def test_with_only_client_limited_probes_the_percentiles_come_from_them_marked():
+    window = EndpointWindow()
+    window.add(_ok(1.0, 900.0, client_limited=True))
+    view = window.view(CONFIG, now=2.0, model="m", server=None, server_kind="vllm")
+    assert view.ttft_ms.p50 == 900.0 and view.percentiles_with_client_limited
+    assert view.to_json()["latency_includes_client_limited"] is True
+    window.add(_ok(3.0, 50.0))  # a clean probe comes: the limited one is left out again
+    view = window.view(CONFIG, now=4.0, model="m", server=None, server_kind="vllm")
+    assert view.ttft_ms.count == 1 and view.ttft_ms.p50 == 50.0 and not view.percentiles_with_client_limited
+
+
+def test_a_sample_whose_numbers_do_not_fit_a_float_is_left_out_not_raised():
+    window = EndpointWindow()
+    huge = _ok(1.0, 50.0, output_tokens=10**400)  # TPOT and the decode rate would raise OverflowError
+    window.add(huge)
+    window.add(_ok(2.0, float("inf")))
+    window.add(_ok(3.0, 70.0))
+    view = window.view(CONFIG, now=4.0, model="m", server=None, server_kind="vllm")
+    assert view.probes_ok == 3 and view.ttft_ms.count == 2 and view.ttft_ms.max == 70.0
+    assert view.output_tokens.count == 2 and view.tpot_ms.count == 1
+    for s in list(window.samples):  # and they leave the window without a trace
+        window._count(s, insert=False)
+    assert all(len(values) == 0 for values in window._sorted.values())

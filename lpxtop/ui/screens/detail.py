@@ -31,13 +31,15 @@ def render_summary(view: EndpointView | None, name: str, now: float, palette: Pa
                     style=palette.warning)
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f"{STATUS_SYMBOLS.get(view.status, '?')} {view.key} {view.status}", style=palette.status(view.status))
-    text.append(f"  {view.config.url}  ")
+    text.append(f"  {view.config.display_url}  ")
     text.append(view.model or "model unknown", style="bold" if view.model else palette.muted)
     text.append(f"  {view.server_kind}", style=palette.muted)
     if view.config.discovered:
         text.append("  (discovered)", style=palette.muted)
     text.append("\n")
     text.append(f"probes {view.probes_sent} sent, {view.probes_ok} ok, {view.probes_failed} failed", style=palette.muted)
+    if view.probes_client_limited:  # lpxtop itself was late during these: left out of the percentiles
+        text.append(f", {view.probes_client_limited} client-limited", style=palette.warning)
     text.append(f"  error {fmt_pct(error_pct(view))}")
     if view.errors:
         text.append("  (" + ", ".join(f"{k} {n}" for k, n in sorted(view.errors.items())) + ")", style=palette.critical)

@@ -8,6 +8,7 @@ redraws only when its spec, its size or the theme changes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -20,14 +21,33 @@ RGB = tuple[int, int, int]
 MIN_WIDTH, MIN_HEIGHT = 20, 5
 
 
+# plotext draws nothing sensible from NaN or ±Inf, and fails on some: every chart's numbers pass here.
+# Beyond this magnitude a plot of milliseconds, tokens/s or requests means nothing either.
+PLOT_LIMIT = 1e15
+
+
+def _plottable(value: object) -> bool:
+    try:
+        return isinstance(value, int | float) and math.isfinite(value) and abs(value) < PLOT_LIMIT
+    except OverflowError:
+        return False
+
+
 @dataclass(frozen=True)
 class Series:
-    """A line over (x, y) points; `color` indexes the palette's chart colours."""
+    """A line over (x, y) points; `color` indexes the palette's chart colours. Points whose x or y is
+    not a finite number (a server's +Inf gauge) are dropped."""
 
     label: str
     xs: tuple[float, ...]
     ys: tuple[float, ...]
     color: int = 0
+
+    def __post_init__(self) -> None:
+        if not all(_plottable(x) and _plottable(y) for x, y in zip(self.xs, self.ys)) or len(self.xs) != len(self.ys):
+            kept = [(x, y) for x, y in zip(self.xs, self.ys) if _plottable(x) and _plottable(y)]
+            object.__setattr__(self, "xs", tuple(x for x, _ in kept))
+            object.__setattr__(self, "ys", tuple(y for _, y in kept))
 
 
 @dataclass(frozen=True)
@@ -53,6 +73,17 @@ class ChartSpec:
     y_max: float | None = None
     x_label: str = ""
     empty_message: str = "no data yet"
+
+    def __post_init__(self) -> None:
+        # the same guard for the histogram's values, the reference lines and the axis limits
+        if not all(_plottable(v) for v in self.hist_values):
+            object.__setattr__(self, "hist_values", tuple(v for v in self.hist_values if _plottable(v)))
+        if not all(_plottable(lvl.y) for lvl in self.levels):
+            object.__setattr__(self, "levels", tuple(lvl for lvl in self.levels if _plottable(lvl.y)))
+        for name in ("y_min", "y_max"):
+            value = getattr(self, name)
+            if value is not None and not _plottable(value):
+                object.__setattr__(self, name, None)
 
     @property
     def empty(self) -> bool:
@@ -190,8 +221,16 @@ def itl_chart(view: EndpointView) -> ChartSpec:
     return ChartSpec(title=title, histogram=True, hist_values=gaps, bins=20, empty_message="no inter-token gaps yet")
 
 
+def _decode_rate(sample) -> float | None:
+    try:
+        return sample.decode_tokens_per_s
+    except (ArithmeticError, TypeError, ValueError):  # a token count no float holds, from a server's usage
+        return None
+
+
 def tokens_chart(view: EndpointView, now: float) -> ChartSpec:
-    pts = [(s.wall_time, s.decode_tokens_per_s) for s in view.samples if s.decode_tokens_per_s is not None]
+    rates = [(s.wall_time, _decode_rate(s)) for s in view.samples]
+    pts = [(t, r) for t, r in rates if r is not None]
     title = "decode tokens/s per probe"
     if view.output_tokens_per_s is not None:
         title += f"  (table p50 {fmt_rate(view.output_tokens_per_s.p50)})"

@@ -9,6 +9,7 @@ the colours change.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -28,14 +29,31 @@ def bucket_peaks(data: Sequence[float], width: int) -> list[float]:
     return [max(data[(i * n) // width : ((i + 1) * n) // width]) for i in range(width)]
 
 
+def finite_points(data: Sequence[float]) -> list[float]:
+    """The points a sparkline can draw: NaN, ±Inf and numbers too large for a float are left out (a
+    server may legally report a gauge as +Inf: dividing by that range crashed the dashboard)."""
+    points = []
+    for value in data:
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if math.isfinite(number):
+            points.append(number)
+    return points
+
+
 def spark_rows(data: Sequence[float], width: int, height: int) -> list[list[tuple[str, float | None]]]:
     """The cells of each row, top row first: (character, height ratio for its colour, or None for a blank)."""
     if width <= 0 or height <= 0:
         return []
+    data = finite_points(data)
     if not data:
         return [[(" ", None)] * width for _ in range(height - 1)] + [[("▁", 0.0)] * width]
     if len(data) == 1:
         return [[("█", 1.0)] * width for _ in range(height)]
+    # halved: two finite values at opposite ends of the float range are still a finite distance apart
+    data = [v / 2 for v in data]
     peaks = bucket_peaks(data, width)
     low, high = min(data), max(data)
     extent = (high - low) or 1
