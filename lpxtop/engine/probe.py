@@ -650,6 +650,7 @@ def _sample(
         prompt_tokens=m.usage_prompt,
         finish_reason=_name(m.finish_reason),
         retry_after_s=retry_after,
+        end_wall_time=time.time(),
     )
 
 

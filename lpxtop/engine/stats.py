@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from array import array
 from bisect import bisect_left, insort
 from collections import Counter, deque
@@ -63,7 +62,8 @@ class EndpointWindow:
         self.samples.append(sample)
         self._count(sample, insert=True)
         self.sent += 1
-        self.last_sample_end = time.time()
+        # from the sample, not the clock: a replay adds the same samples later and must get the same figures
+        self.last_sample_end = sample.end_wall_time if sample.end_wall_time is not None else sample.wall_time
         if sample.client_limited:
             self.client_limited += 1
         if sample.ok:

@@ -41,7 +41,7 @@ exit status: 0 after SIGTERM/SIGINT, 2 for usage or config errors (or an address
 
 
 def _positive_float(text: str) -> float:
-    from lpxtop.cli import _positive_float as check
+    from lpxtop.cli import _seconds as check  # finite, within lpxtop's bounds for seconds
 
     return check(text)
 

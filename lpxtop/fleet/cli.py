@@ -31,7 +31,8 @@ exit status (--json): 0 every endpoint up, 1 an endpoint is down, 2 usage error,
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:
-    from lpxtop.cli import _positive_float, _positive_int
+    from lpxtop.cli import _positive_int
+    from lpxtop.cli import _seconds as _positive_float  # finite, within lpxtop's bounds for seconds
 
     parser = argparse.ArgumentParser(prog=f"lpxtop {command}", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

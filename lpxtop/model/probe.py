@@ -85,6 +85,7 @@ class Sample:
     prompt_tokens: int | None = None
     finish_reason: str | None = None
     retry_after_s: float | None = None
+    end_wall_time: float | None = None  # time.time() when the probe ended (None: when it began)
     client_limited: bool = False  # lpxtop itself was late while it ran (loop lag or CPU wait): see engine/clientlimit.py
 
     @property
