@@ -19,9 +19,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from lpxtop import __version__
+from lpxtop.engine.agent.prober import AgentProber, wants_agent, wants_chat
 from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, EndpointWindow
+from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.events import (
@@ -142,6 +144,13 @@ class _EndpointState:
         self.in_flight = False
         self.wake = _Waker()
         self.tasks: list[asyncio.Task] = []
+        # The agent-step probe: a second probe loop with its own window and its own nap (engine/agent).
+        self.agent = AgentProber(config, settings.window_s, settings.max_samples) if wants_agent(config) else None
+        self.agent_wake = _Waker()
+
+    def wake_all(self) -> None:
+        self.wake.set()
+        self.agent_wake.set()
 
     def changed(self) -> None:
         self.version += 1
@@ -153,6 +162,11 @@ class _EndpointState:
             return cached[2]
         view = self.window.view(self.config, now=now, model=self.model, server=self.server,
                                 server_kind=self.server_kind, in_flight=self.in_flight)
+        if self.agent is not None:
+            agent = self.agent.view(now)
+            # An endpoint probed by agent steps alone takes its status from them.
+            status = view.status if wants_chat(self.config) else agent.status
+            view = replace(view, agent=agent, status=status, in_flight=view.in_flight or agent.in_flight)
         self._view = (self.version, now, view)
         return view
 
@@ -305,7 +319,10 @@ class Engine:
                 if state.scraper is not None:
                     await self._scrape(state, client)
                 for i in range(samples):
-                    await self._probe(state, client)
+                    if wants_chat(state.config):
+                        await self._probe(state, client)
+                    if state.agent is not None:
+                        await self._agent_step(state, client)
                     if i + 1 < samples:
                         await asyncio.sleep(min(0.2, state.config.interval_s))
                 if state.scraper is not None:
@@ -403,7 +420,10 @@ class Engine:
         return state
 
     def _start_endpoint(self, state: _EndpointState, client: HttpClient) -> None:
-        state.tasks.append(asyncio.create_task(self._probe_loop(state, client), name=f"probe:{state.config.name}"))
+        if wants_chat(state.config):
+            state.tasks.append(asyncio.create_task(self._probe_loop(state, client), name=f"probe:{state.config.name}"))
+        if state.agent is not None:
+            state.tasks.append(asyncio.create_task(self._agent_loop(state, client), name=f"agent:{state.config.name}"))
         if state.scraper is not None:
             state.tasks.append(asyncio.create_task(self._scrape_loop(state, client), name=f"scrape:{state.config.name}"))
 
@@ -445,6 +465,36 @@ class Engine:
         if self._listeners:
             self._emit(SampleEvent(state.config.name, sample))
         return sample
+
+    async def _agent_loop(self, state: _EndpointState, client: HttpClient) -> None:
+        """One agent step at a time per endpoint (two calls to the server), every interval, as _probe_loop."""
+        while True:
+            while self._paused:
+                await state.agent_wake.nap(None)
+            began = time.monotonic()
+            await self._agent_step(state, client)
+            delay = state.config.interval_s * self._interval_scale - (time.monotonic() - began)
+            await state.agent_wake.nap(max(0.0, delay))
+
+    async def _agent_step(self, state: _EndpointState, client: HttpClient) -> None:
+        prober = state.agent
+        assert prober is not None
+        model: str | None = None
+        error: str | None = None
+        if state.config.api != "dify":  # a Dify app has no /v1/models; its model is the app's business
+            model, error = await self._resolve_model(state, client)
+        prober.in_flight = True
+        state.changed()
+        self._dirty = True
+        if state.config.api != "dify" and model is None and error is not None:
+            step = prober.failed(error)
+        else:
+            step = await prober.step(client, model)
+        prober.window.add(step)
+        state.changed()
+        self._dirty = True
+        if self._listeners:
+            self._emit(AgentStepEvent(state.config.name, step))
 
     async def _resolve_model(self, state: _EndpointState, client: HttpClient) -> tuple[str | None, str | None]:
         """Ask /v1/models now and then: for the model to send when none is configured, and for ports' mismatch check."""
@@ -586,12 +636,14 @@ class Engine:
         self._paused = paused
         if not paused:
             for state in self._states.values():
-                state.wake.set()
+                state.wake_all()
         self._dirty = True
 
     def _reset(self) -> None:
         for state in self._states.values():
             state.window.reset()
+            if state.agent is not None:
+                state.agent.window.reset()
             state.changed()
         self._dirty = True
 
@@ -600,7 +652,7 @@ class Engine:
         seconds = min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, seconds))
         self._interval_scale = seconds / base if base > 0 else 1.0
         for state in self._states.values():
-            state.wake.set()
+            state.wake_all()
         self._dirty = True
 
     # ---- snapshots ----

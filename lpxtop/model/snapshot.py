@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from lpxtop.model.agent import AgentView
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.gpu import GpuSnapshot
@@ -51,6 +52,7 @@ class EndpointView:
     server: ServerMetrics | None = None
     server_history: tuple[ServerPoint, ...] = ()
     in_flight: bool = False
+    agent: AgentView | None = None  # the agent-step probe's window (engine/agent), when it is on
 
     @property
     def name(self) -> str:
@@ -90,6 +92,7 @@ class EndpointView:
             "output_tokens_approximate": self.output_tokens_approx,
             "server": self.server.to_json() if self.server is not None else None,
             "last_error": self.last_error,
+            "agent": self.agent.to_json() if self.agent is not None else None,
         }
 
 
