@@ -53,7 +53,7 @@ class SimConfig:
     max_records: int = 10_000
     version: str = "0.32.0"
     # Tool calls and the Dify app (lpxtop/sim/tools.py, lpxtop/sim/dify.py)
-    tool_call_shape: str = "openai"  # how tool-call deltas look; see sim/tools.py
+    tool_call_shape: str = "vllm"  # how tool-call deltas look; see sim/tools.py
     tool_chars_per_token: int = 4  # characters of a call's arguments per streamed chunk
     tool_fault_rate: float = 0.0  # share of tool calls given a random tool fault
     dify_decision_tokens: int = 8  # tokens of the Dify app's tool-deciding round

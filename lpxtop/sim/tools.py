@@ -10,14 +10,18 @@ What the sim answers (`plan_tool_call`):
 The call is streamed one chunk per generated token (each chunk one token event, timed by the sim's
 engine like text), its arguments split every `tool_chars_per_token` characters. `tool_call_shape` picks
 how the deltas look (SimConfig):
-- "openai" (vLLM's `required`): the first delta has `id`, `type`, `name` and `"arguments": ""`, the
-  others `index` and an arguments fragment;
+- "vllm" (the default; vLLM 0.32's, see tests/fixtures/toolcalls/vllm-0.32.0-*.txt): the first delta has
+  `id`, `type`, `index` and `name` (no `arguments` key) beside `"content": null`, the others `index` and
+  an arguments fragment, and a last chunk `delta: {}` carries the finish reason ("tool_calls" for
+  `required`, "stop" for a named function, as vLLM sends them);
+- "openai" (OpenAI's API): the first delta has `id`, `type`, `name` and `"arguments": ""`;
 - "name_with_args" (llama.cpp; vLLM's named choice): the first delta carries the first fragment too;
 - "repeated" (llama.cpp before PR 13800): every delta repeats `id`, `type` and `name`;
 - "placeholder": the naming delta has `"arguments": "{}"`, then the real arguments follow;
 - "parallel": two calls, their deltas side by side in each chunk (`index` 0 and 1);
 - "whole" (Ollama): each call complete in one chunk.
-The last chunk carries `finish_reason: "tool_calls"` ("length" when max_tokens cut the arguments).
+Except for "vllm", the last chunk carries `finish_reason: "tool_calls"` ("length" when max_tokens cut the
+arguments).
 
 Faults (`tool_fault`, one-shot or standing, or `tool_fault_rate` for a random share): "no_tool_call"
 (text instead), "bad_tool_args" (the arguments duplicated: `{...}{...}`, a parser bug servers have had),
@@ -42,7 +46,7 @@ if TYPE_CHECKING:
     from lpxtop.sim.config import SimConfig
     from lpxtop.sim.faults import Faults
 
-TOOL_CALL_SHAPES = ("openai", "name_with_args", "repeated", "placeholder", "parallel", "whole")
+TOOL_CALL_SHAPES = ("vllm", "openai", "name_with_args", "repeated", "placeholder", "parallel", "whole")
 TOOL_FAULTS = ("no_tool_call", "bad_tool_args", "tool_args_schema")
 TOOL_CALL_KIND = "tool_call"  # the truth record's event kind for a tool-call chunk
 
@@ -58,14 +62,27 @@ class ToolCallPlan:
     chunks: list[list[dict[str, Any]]]
     fault: str | None = None
     ids: list[str] = field(default_factory=list)
+    shape: str = "vllm"
+    named: bool = False  # a named tool choice (vLLM then finishes with "stop")
+
+    @property
+    def finish_only_chunk(self) -> bool:
+        """vLLM sends the finish reason in a chunk of its own, `delta: {}`, after the last fragment."""
+        return self.shape == "vllm"
+
+    def wire_reason(self, engine_reason: str) -> str:
+        if engine_reason != "stop":
+            return engine_reason
+        return "stop" if self.named and self.shape == "vllm" else "tool_calls"
 
     def target(self, max_tokens: int) -> tuple[int, str]:
         """Tokens to generate and the engine's finish reason: one token per chunk, cut by max_tokens.
 
         "stop" for a whole call, as vLLM counts it in its metrics; the last chunk says "tool_calls".
         """
-        if len(self.chunks) <= max_tokens:
-            return len(self.chunks), "stop"
+        tokens = len(self.chunks) + (1 if self.finish_only_chunk else 0)
+        if tokens <= max_tokens:
+            return tokens, "stop"
         return max_tokens, "length"
 
 
@@ -96,7 +113,8 @@ def plan_tool_call(body: dict, config: SimConfig, faults: Faults, rng: random.Ra
         calls.append((str(function.get("name", "tool")), text))
     ids = [f"chatcmpl-tool-{uuid.uuid4().hex[:16]}" for _ in calls]
     chunks = _chunks(calls, ids, config.tool_call_shape, max(1, config.tool_chars_per_token))
-    return ToolCallPlan(calls=calls, chunks=chunks, fault=fault, ids=ids)
+    return ToolCallPlan(calls=calls, chunks=chunks, fault=fault, ids=ids, shape=config.tool_call_shape,
+                        named=isinstance(choice, dict))
 
 
 def tool_prompt_tokens(body: dict) -> list[str]:
@@ -182,6 +200,8 @@ def _split(text: str, size: int) -> list[str]:
 
 def _chunks(calls: list[tuple[str, str]], ids: list[str], shape: str, size: int) -> list[list[dict[str, Any]]]:
     def naming(i: int, arguments: str) -> dict[str, Any]:
+        if shape == "vllm" and not arguments:
+            return {"id": ids[i], "type": "function", "index": i, "function": {"name": calls[i][0]}}
         return {"index": i, "id": ids[i], "type": "function", "function": {"name": calls[i][0], "arguments": arguments}}
 
     def fragment(i: int, arguments: str) -> dict[str, Any]:
@@ -208,10 +228,13 @@ def _chunks(calls: list[tuple[str, str]], ids: list[str], shape: str, size: int)
     return out
 
 
-def tool_chunk(chunks: ChunkMaker, tool_calls: list[dict[str, Any]], finish_reason: str | None) -> dict[str, Any]:
-    """One chat.completion.chunk carrying tool-call deltas, in vLLM's key order."""
-    choice: dict[str, Any] = {"index": 0, "delta": {"tool_calls": tool_calls}, "logprobs": None,
-                              "finish_reason": finish_reason}
+def tool_chunk(chunks: ChunkMaker, tool_calls: list[dict[str, Any]], finish_reason: str | None,
+               content_null: bool = False) -> dict[str, Any]:
+    """One chat.completion.chunk carrying tool-call deltas (none: a finish-only chunk), in vLLM's key order."""
+    delta: dict[str, Any] = {"content": None} if content_null and tool_calls else {}
+    if tool_calls:
+        delta["tool_calls"] = tool_calls
+    choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
     if finish_reason is not None:
         choice["stop_reason"] = None
     choice["token_ids"] = None
@@ -248,11 +271,13 @@ class ToolCallSession(StreamSession):
                 last = finish is not None and i == n - 1
                 deltas = self.plan.chunks[sent] if sent < len(self.plan.chunks) else []
                 sent += 1
-                reason = _wire_reason(finish) if last else None
-                await self._send(TOOL_CALL_KIND, 1, tool_chunk(self.chunks, deltas, reason))
+                reason = self.plan.wire_reason(finish) if last else None
+                chunk = tool_chunk(self.chunks, deltas, reason, content_null=self.plan.shape == "vllm")
+                # a finish-only chunk (`delta: {}`) carries no token: recorded as "finish" with 0 tokens
+                await self._send(TOOL_CALL_KIND if deltas else "finish", 1 if deltas else 0, chunk)
                 self._sent_tokens += 1
             if finish is not None:
-                self.record.finish_reason = _wire_reason(finish)
+                self.record.finish_reason = self.plan.wire_reason(finish)
                 break
         completion = self.sim_request.generated
         self.record.completion_tokens = completion
@@ -283,8 +308,8 @@ class ToolCallSession(StreamSession):
                 finish = event[3]
             completion = self.sim_request.generated
             self.record.completion_tokens = completion
-            self.record.finish_reason = _wire_reason(finish)
-            body = self.chunks.full_response("", _wire_reason(finish), self.record.prompt_tokens, completion)
+            self.record.finish_reason = self.plan.wire_reason(finish)
+            body = self.chunks.full_response("", self.plan.wire_reason(finish), self.record.prompt_tokens, completion)
             message = body["choices"][0]["message"]
             message["content"] = None
             message["tool_calls"] = [
@@ -297,10 +322,6 @@ class ToolCallSession(StreamSession):
                 "Content-Type": "application/json", "X-Sim-Response-Id": self.record.response_id})
         finally:
             self._finish()
-
-
-def _wire_reason(engine_reason: str) -> str:
-    return "tool_calls" if engine_reason == "stop" else engine_reason
 
 
 def tool_call_times_ns(events) -> list[int]:
