@@ -35,7 +35,7 @@ SWITCH_INTERVAL_S = 0.001
 
 EPILOG = """\
 examples:
-  lpxtop demo                                 the dashboard on two simulated servers (no GPU or server needed)
+  lpxtop demo                                 the dashboard on simulated servers (no GPU or server needed)
   lpxtop http://127.0.0.1:8000/v1             watch a local vLLM / SGLang / llama.cpp / TGI server
   lpxtop 127.0.0.1:8000 127.0.0.1:30000       several endpoints, one row each
   lpxtop --config lpxtop.toml                 endpoints from a file
@@ -190,8 +190,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if command == "demo":
         parser = argparse.ArgumentParser(
             prog="lpxtop demo",
-            description="Open the dashboard on two simulated inference servers that lpxtop runs itself on "
-            "127.0.0.1, with load that rises and falls and a simulated GPU. No GPU, server or network needed. "
+            description="Open the dashboard on simulated inference servers that lpxtop runs itself on "
+            "127.0.0.1 (one also probed with agent steps, one a Dify agent app), with load that rises and falls "
+            "and a simulated GPU. No GPU, server or network needed. "
             "Press g in the dashboard to surge the load and provoke the warnings.",
             formatter_class=fmt,
         )

@@ -133,7 +133,8 @@ class ChainBudget:
 
     The distribution of the sum of `steps` independent draws from the window's step samples: exact when
     the window is small enough to enumerate, else a Monte Carlo estimate over `draws` sums with a fixed
-    seed (engine/agent/chain.py). Not steps × p95: the p95 of a sum is below the sum of p95s.
+    seed (engine/agent/chain.py). Not steps × p95: the p95 of a sum is not the sum of p95s (below it when
+    slow steps are common; above it when a slow step rarer than 1 in 20 becomes likely somewhere in N).
     """
 
     steps: int

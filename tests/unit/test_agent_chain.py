@@ -47,6 +47,14 @@ def test_the_p95_of_a_chain_is_not_n_times_the_p95():
     assert budget.p50_ms == pytest.approx(500.0)
 
 
+def test_a_rare_slow_step_puts_the_chain_p95_above_n_times_the_p95():
+    values = [100.0] * 29 + [1000.0]  # 1 slow step in 30: under each step's p95, but 16 % of 5-step chains
+    budget = chain_budget(values, 5)
+    assert quantile_sorted(sorted(values), 0.95) == 100.0
+    assert budget.p95_ms == pytest.approx(1400.0)  # four ordinary steps and the slow one
+    assert budget.p95_ms > 5 * 100.0
+
+
 def test_same_window_same_figures():
     values = [float(v) for v in range(50, 350, 3)]
     assert chain_budget(values, 5) == chain_budget(list(values), 5)

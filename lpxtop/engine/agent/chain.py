@@ -1,7 +1,9 @@
 """What a chain of N agent steps costs: the distribution of the sum of N step times, from the window's own samples.
 
-A chain's latency is the sum of its steps', so its p95 is the p95 of that sum, not N × p95 (a slow step is
-rare, N slow steps in a row rarer still), and its p50 is not N × p50 either when step times are skewed.
+A chain's latency is the sum of its steps', so its p95 is the p95 of that sum, not N × p95: lower when slow
+steps are common (N slow steps in a row are rarer still), higher when a slow step is rarer than 1 in 20
+(under each step's p95) but likely to happen somewhere in N steps. Its p50 is not N × p50 either when
+step times are skewed.
 Steps are taken as independent draws from the window's step samples (the empirical distribution):
 
 - when the window is small (k samples, k^N sums ≤ EXACT_LIMIT), every one of the k^N equally likely
