@@ -21,6 +21,7 @@ HEADLESS_MODULES = [
     "lpxtop.report",
     "lpxtop.cli",
     "lpxtop.sim.server",
+    "lpxtop.engine.agent.prober",  # the agent-step probe: imports every module of lpxtop/engine/agent
 ]
 
 
