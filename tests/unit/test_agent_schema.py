@@ -86,9 +86,21 @@ _values = st.recursive(
 )
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _agree(schema, instance) -> None:
+    expected = jsonschema.Draft202012Validator(schema).is_valid(instance)
+    assert (validate(instance, schema) == []) == expected, (schema, instance, validate(instance, schema))
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=_schemas(), instance=_values)
 def test_agrees_with_jsonschema(schema, instance):
     """Valid or not, as the maintained library says (Draft 2020-12), for every schema of the subset."""
-    expected = jsonschema.Draft202012Validator(schema).is_valid(instance)
-    assert (validate(instance, schema) == []) == expected, (schema, instance, validate(instance, schema))
+    _agree(schema, instance)
+
+
+@pytest.mark.slow
+@settings(max_examples=20_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=_schemas(3), instance=_values)
+def test_agrees_with_jsonschema_long(schema, instance):
+    """The same, deeper schemas and many more cases (-m slow)."""
+    _agree(schema, instance)
