@@ -115,9 +115,9 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
                    help="with no URL given, do not look for local inference servers")
     a = parser.add_argument_group(
         "agent steps",
-        "--probe agent sends, every interval, one agent step: a streamed tool call (call 1), the tool,\n"
-        "and the streamed answer with the tool's result (call 2). It costs the watched server TWO CALLS\n"
-        "PER INTERVAL (on top of the chat probe's one with --probe chat,agent; one for --api dify).",
+        "With --probe agent, lpxtop sends one agent step every interval: a streamed tool call (call 1),\n"
+        "the tool, and the streamed answer with the tool's result (call 2). It costs the watched server\n"
+        "TWO CALLS PER INTERVAL (on top of the chat probe's one with --probe chat,agent; one for --api dify).",
     )
     a.add_argument("--probe", type=_probe_kinds, metavar="KINDS",
                    help="chat (default), agent, or chat,agent")
