@@ -53,7 +53,8 @@ async def test_step_times_match_the_sims_record():
             # what the step says of itself
             assert s.call1_ttft_ms == s.time_to_tool_name_ms  # the naming delta is call 1's first token
             assert s.call1_e2e_ms == s.time_to_tool_call_ms  # vLLM's finish-only chunk is not a token
-            assert TOOL_LATENCY_S * 1000 <= s.tool_ms < TOOL_LATENCY_S * 1000 + 15
+            # at least the tool's latency; above it only by the loop's timer lateness (generous: a busy machine)
+            assert TOOL_LATENCY_S * 1000 <= s.tool_ms < TOOL_LATENCY_S * 1000 + 200
             assert s.call2_start_ms >= s.call1_e2e_ms + s.tool_ms
             assert sum(s.segments_ms.values()) == pytest.approx(s.step_ms)
             assert (s.tool_name, s.tool_calls, s.args_valid_json, s.args_valid_schema) == ("get_weather", 1, True, True)
@@ -128,6 +129,7 @@ async def test_dify_times_match_the_record_and_the_apps_latency_is_beside_the_cl
     with start_sim_in_thread(SimConfig(model="m", ttft_ms=10, itl_ms=3, dify_tool_latency_ms=25)) as sim:
         done = await dify_steps(sim.url, 6)
         errs: dict[str, list[float]] = {k: [] for k in ("decision", "observation", "answer", "end", "app")}
+        gateway: list[float] = []
         for s in done:
             assert s.ok, s.error_text
             record = sim.server.record_for(s.call1_response_id)
@@ -141,8 +143,9 @@ async def test_dify_times_match_the_record_and_the_apps_latency_is_beside_the_cl
             app_truth = ms(times["message_end"][0], record.t_received_ns)
             errs["app"].append(s.app_latency_ms - app_truth)
             assert s.answer_e2e_ms == pytest.approx(ms(times["answer"][-1], s.start_ns), abs=TOLERANCE_MS * 3)
-            assert 0 <= s.client_latency_ms - s.app_latency_ms < 50  # network and gateway: loopback here
+            gateway.append(s.client_latency_ms - s.app_latency_ms)  # network and gateway: loopback here
             assert s.tool_ms >= 25 and s.tool_name == "get_weather" and s.args_valid_json
+    assert min(gateway) >= 0 and p(gateway, 0.5) < 25, gateway
     for name, values in errs.items():
         # the app takes its figure just before it builds message_end, microseconds before the record's stamp
         bound = 0.5 if name == "app" else TOLERANCE_MS
