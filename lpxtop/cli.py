@@ -24,6 +24,9 @@ from lpxtop.config import (
     apply_overrides,
     endpoints_from_urls,
     load_config_file,
+    parse_duration_s,
+    parse_probes,
+    settle_agent_settings,
 )
 from lpxtop.jsonout import dumps
 
@@ -41,7 +44,7 @@ SWITCH_INTERVAL_S = 0.001
 
 EPILOG = """\
 examples:
-  lpxtop demo                                 the dashboard on two simulated servers (no GPU or server needed)
+  lpxtop demo                                 the dashboard on simulated servers (no GPU or server needed)
   lpxtop http://127.0.0.1:8000/v1             watch a local vLLM / SGLang / llama.cpp / TGI server
   lpxtop 127.0.0.1:8000 127.0.0.1:30000       several endpoints, one row each
   lpxtop --config lpxtop.toml                 endpoints from a file
@@ -82,14 +85,36 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _probe_kinds(text: str) -> tuple[str, ...]:
+    try:
+        return parse_probes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration_s(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _chain_steps(text: str) -> int:
+    value = _positive_int(text)
+    if value > 50:
+        raise argparse.ArgumentTypeError(f"{text!r}: at most 50 steps")
+    return value
+
+
 def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("probing")
     g.add_argument("urls", nargs="*", metavar="URL",
                    help="OpenAI-compatible endpoint: http://host:port/v1, http://host:port or host:port")
     g.add_argument("-c", "--config", metavar="FILE", help="read endpoints (and alert, UI settings) from a TOML file")
     g.add_argument("-m", "--model", help="model to request (default: the first one /v1/models lists)")
-    g.add_argument("--api", choices=("chat", "completions"),
-                   help="probe /v1/chat/completions (default) or /v1/completions")
+    g.add_argument("--api", choices=("chat", "completions", "dify"),
+                   help="probe /v1/chat/completions (default) or /v1/completions; dify: a Dify app's "
+                   "/v1/chat-messages, with agent steps (the key from --api-key-env)")
     g.add_argument("--api-key-env", metavar="VAR",
                    help="environment variable that holds the API key (the key itself is never shown or saved)")
     g.add_argument("-i", "--interval", type=_seconds, metavar="SECONDS",
@@ -108,6 +133,23 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-metrics", action="store_true", help="do not scrape the servers' /metrics")
     g.add_argument("--no-discover", action="store_true",
                    help="with no URL given, do not look for local inference servers")
+    a = parser.add_argument_group(
+        "agent steps",
+        "With --probe agent, lpxtop sends one agent step every interval: a streamed tool call (call 1),\n"
+        "the tool, and the streamed answer with the tool's result (call 2). It costs the watched server\n"
+        "TWO CALLS PER INTERVAL (on top of the chat probe's one with --probe chat,agent; one for --api dify).",
+    )
+    a.add_argument("--probe", type=_probe_kinds, metavar="KINDS",
+                   help="chat (default), agent, or chat,agent")
+    a.add_argument("--tool-choice", metavar="CHOICE",
+                   help="call 1's tool_choice: required (default), auto, or the name of one tool")
+    a.add_argument("--tools-file", metavar="FILE",
+                   help="JSON tools (a list, or {\"tools\", \"prompt\", \"results\"}) instead of the built-in "
+                   "get_weather, search_docs, get_time")
+    a.add_argument("--tool-latency", type=_duration, metavar="DURATION",
+                   help="how long the tool takes to run, e.g. 0ms (default), 250ms, 1.5s")
+    a.add_argument("--chain-steps", type=_chain_steps, metavar="N",
+                   help="steps in the chain whose p50/p95 budget is shown (default 5)")
     w = parser.add_argument_group("statistics")
     w.add_argument("--window", type=_number(1.0, 86_400.0), metavar="SECONDS",
                    help="rolling window for percentiles (default 300)")
@@ -200,8 +242,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if command == "demo":
         parser = argparse.ArgumentParser(
             prog="lpxtop demo",
-            description="Open the dashboard on two simulated inference servers that lpxtop runs itself on "
-            "127.0.0.1, with load that rises and falls and a simulated GPU. No GPU, server or network needed. "
+            description="Open the dashboard on simulated inference servers that lpxtop runs itself on "
+            "127.0.0.1 (one also probed with agent steps, one a Dify agent app), with load that rises and falls "
+            "and a simulated GPU. No GPU, server or network needed. "
             "Press g in the dashboard to surge the load and provoke the warnings.",
             formatter_class=fmt,
         )
@@ -271,6 +314,11 @@ def _endpoint_overrides(args: argparse.Namespace) -> dict:
         "first_token_timeout_s": args.first_token_timeout,
         "connect_timeout_s": args.connect_timeout,
         "metrics_url": args.metrics_url,
+        "probes": args.probe,
+        "tool_choice": args.tool_choice,
+        "tools_file": args.tools_file,
+        "tool_latency_s": args.tool_latency,
+        "chain_steps": args.chain_steps,
     }
 
 
@@ -284,6 +332,13 @@ def _load(args: argparse.Namespace) -> FileConfig:
         if config.name in taken:
             raise ConfigError(f"{config.url}: given twice")
         endpoints.append(config)
+    settled = []
+    for config in endpoints:
+        try:
+            settled.append(settle_agent_settings(config))
+        except ValueError as exc:
+            raise ConfigError(f"{config.name}: {exc}") from None
+    endpoints = settled
     if args.api_key_env and args.api_key_env not in os.environ:
         print(f"lpxtop: warning: ${args.api_key_env} is not set; probing without an API key", file=sys.stderr)
     file_config.endpoints = endpoints

@@ -42,9 +42,75 @@ ENDPOINT_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
     "metrics_url": ("metrics_url", str),
     "metrics_interval": ("metrics_interval_s", (int, float)),
     "server_kind": ("server_kind", str),
+    # the agent-step probe (lpxtop/engine/agent)
+    "probe": ("probes", (str, list)),
+    "tool_choice": ("tool_choice", str),
+    "tools_file": ("tools_file", str),
+    "tool_latency": ("tool_latency_s", (int, float, str)),
+    "chain_steps": ("chain_steps", int),
 }
 TOP_LEVEL_TABLES = ("endpoint", "defaults", "alerts", "ui", "engine", "exporter", "record")
-API_KINDS = ("chat", "completions")
+API_KINDS = ("chat", "completions", "dify")
+PROBE_KINDS = ("chat", "agent")
+MAX_TOOL_LATENCY_S = 60.0
+MAX_CHAIN_STEPS = 50
+
+
+def parse_probes(value: str | Sequence[str]) -> tuple[str, ...]:
+    """`"agent"`, `"chat,agent"` or `["chat", "agent"]` as a tuple of probe kinds; ValueError if unknown."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    probes: list[str] = []
+    for item in items:
+        if not isinstance(item, str) or item.strip() not in PROBE_KINDS:
+            raise ValueError(f"{item!r} is not a probe kind (use \"chat\", \"agent\" or both)")
+        if item.strip() not in probes:
+            probes.append(item.strip())
+    if not probes:
+        raise ValueError("name at least one probe kind (\"chat\", \"agent\")")
+    return tuple(probes)
+
+
+def parse_duration_s(value: float | int | str) -> float:
+    """Seconds from a number of seconds or a text like `0ms`, `250ms`, `1.5s`; ValueError if not one."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        text = value.strip().lower()
+        scale = 1.0
+        if text.endswith("ms"):
+            text, scale = text[:-2], 0.001
+        elif text.endswith("s"):
+            text = text[:-1]
+        try:
+            seconds = float(text) * scale
+        except ValueError:
+            raise ValueError(f"{value!r} is not a duration (try 0ms, 250ms or 1.5s)") from None
+    if not 0.0 <= seconds <= MAX_TOOL_LATENCY_S:  # also refuses NaN
+        raise ValueError(f"{value!r}: a tool latency must be between 0 and {MAX_TOOL_LATENCY_S:g} s")
+    return seconds
+
+
+def settle_agent_settings(config: EndpointConfig) -> EndpointConfig:
+    """A Dify app is probed by agent steps alone; an agent probe's tools file and tool_choice must work.
+
+    Raises ValueError with what to do. The tools file is read here so a mistake stops the start.
+    """
+    if config.api == "dify":
+        if "chat" in config.probes and config.probes != ("chat",):
+            raise ValueError("api \"dify\" probes a Dify app with agent steps only: drop \"chat\" from probe")
+        config = replace(config, probes=("agent",))
+    if "agent" not in config.probes:
+        return config
+    from lpxtop.engine.agent.tools import check_tool_choice, load_tool_set
+
+    tools = load_tool_set(config.tools_file)
+    if config.api != "dify":
+        check_tool_choice(config.tool_choice, tools)
+    if not 1 <= config.chain_steps <= MAX_CHAIN_STEPS:
+        raise ValueError(f"chain_steps must be between 1 and {MAX_CHAIN_STEPS}, got {config.chain_steps}")
+    return config
 
 # Seconds: every number of seconds a user gives (file or flag) must be finite and in this range. NaN
 # or Infinity would pass a "> 0" test and then fail every probe; 1e300 would wait forever.
@@ -244,7 +310,15 @@ def load_config_file(path: str | Path) -> FileConfig:
             raise ConfigError(f"{where('name')}: key 'name': {name!r} is used by two endpoints")
         named.add(name)
         values["name"] = name
-        endpoints.append(EndpointConfig(**values))
+        tools_file = values.get("tools_file")
+        if tools_file and not Path(tools_file).is_absolute():
+            values["tools_file"] = str(path.parent / tools_file)  # relative to the config file
+        try:
+            config = settle_agent_settings(EndpointConfig(**values))
+        except ValueError as exc:
+            key = next((k for k in ("tools_file", "tool_choice", "probe", "api") if k in table), None)
+            raise ConfigError(f"{where(key)}: {exc}") from None
+        endpoints.append(config)
     sections = {}
     for table in ("alerts", "ui", "engine", "exporter"):
         value = data.get(table, {})
@@ -319,7 +393,19 @@ def _endpoint_fields(table: object, where, *, allow_identity: bool) -> dict:
         if not isinstance(value, types):
             raise ConfigError(f"{where(key)}: key {key!r} must be {_type_name(types)}, got {value!r}")
         if key == "api" and value not in API_KINDS:
-            raise ConfigError(f"{where(key)}: key 'api' must be \"chat\" or \"completions\", got {value!r}")
+            raise ConfigError(f"{where(key)}: key 'api' must be \"chat\", \"completions\" or \"dify\", got {value!r}")
+        if key == "probe":
+            try:
+                value = parse_probes(value)
+            except ValueError as exc:
+                raise ConfigError(f"{where(key)}: key 'probe': {exc}") from None
+        if key == "tool_latency":
+            try:
+                value = parse_duration_s(value)
+            except ValueError as exc:
+                raise ConfigError(f"{where(key)}: key 'tool_latency': {exc}") from None
+        if key == "chain_steps" and not 1 <= value <= MAX_CHAIN_STEPS:
+            raise ConfigError(f"{where(key)}: key 'chain_steps' must be between 1 and {MAX_CHAIN_STEPS}, got {value!r}")
         if key in SECONDS_KEYS:
             try:
                 value = check_seconds(value, f"key {key!r}")
@@ -354,7 +440,8 @@ def _endpoint_fields(table: object, where, *, allow_identity: bool) -> dict:
 
 
 def _type_name(types: type | tuple[type, ...]) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "a table"}
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "a table",
+             list: "a list"}
     if isinstance(types, tuple):
         return " or ".join(dict.fromkeys(names[t] for t in types))
     return names[types]

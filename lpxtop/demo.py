@@ -1,8 +1,10 @@
-"""`lpxtop demo`: two simulated inference servers on loopback, a simulated GPU, and the real engine.
+"""`lpxtop demo`: simulated inference servers on loopback, a simulated GPU, and the real engine.
 
 The servers are real HTTP on 127.0.0.1 (random free ports), run by lpxtop itself in a background thread,
 with a background load that rises and falls so the numbers move. `g` in the dashboard (or --surge)
 triples the load and makes the simulated GPU's memory climb, to show the early warnings.
+The second server is also probed with agent steps (a tool call, a 30 ms tool, the answer; now and then
+a bad tool call), and a third plays a Dify agent app (`api = "dify"`), so the agent view has data.
 """
 
 from __future__ import annotations
@@ -31,9 +33,19 @@ def demo_sim_configs(surge: threading.Event) -> list[tuple[str, SimConfig]]:
         ("vllm-sim-a", SimConfig(model="sim-llama-3.1-8b", ttft_ms=35.0, itl_ms=11.0, max_num_seqs=16,
                                  kv_tokens=24_000, seed=1, background_load=_surging_load(2, 18, 90, surge))),
         ("vllm-sim-b", SimConfig(model="sim-qwen2.5-7b", ttft_ms=55.0, itl_ms=16.0, max_num_seqs=8,
-                                 kv_tokens=12_000, fail_rate=0.02, seed=2,
+                                 kv_tokens=12_000, fail_rate=0.02, seed=2, tool_fault_rate=0.04,
                                  background_load=_surging_load(1, 10, 60, surge))),
+        ("dify-app-sim", SimConfig(model="sim-dify-agent", ttft_ms=45.0, itl_ms=14.0, max_num_seqs=4,
+                                   kv_tokens=8_000, seed=3, dify_tool_latency_ms=120.0,
+                                   background_load=_surging_load(0, 3, 75, surge))),
     ]
+
+
+# How the demo probes each simulated server (beyond the interval): the agent steps' settings.
+DEMO_PROBES: dict[str, dict] = {
+    "vllm-sim-b": {"probes": ("chat", "agent"), "tool_latency_s": 0.03},
+    "dify-app-sim": {"api": "dify", "probes": ("agent",)},
+}
 
 
 @contextlib.contextmanager
@@ -52,7 +64,7 @@ def start_demo(
             handle = stack.enter_context(start_sim_in_thread(config))
             sims.append(handle)
             endpoints.append(EndpointConfig(name=name, url=normalize_url(handle.url), interval_s=interval_s,
-                                            max_tokens=24))
+                                            max_tokens=24, **DEMO_PROBES.get(name, {})))
         gpu = SimulatedGpuCollector(kv_usage=lambda: max(h.server.kv_cache_usage for h in sims),
                                     surge_rate_bytes_s=gpu_surge_gib_s * 2**30)
 

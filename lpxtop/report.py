@@ -80,6 +80,7 @@ def render_table(snapshot: Snapshot) -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     lines.append("latency in ms; TOK/S is the decode rate one stream sees, (N-1)/(E2E-TTFT); "
                  "QUEUE waiting/running and KV from the last scrape")
+    lines += _agent_table(snapshot)
     for e in snapshot.endpoints:
         name = _text(e.name)
         if e.server_summary is not None:
@@ -115,6 +116,38 @@ def _server_line(summary: ServerSummary) -> str:
                          gauge("KV", summary.kv_cache_usage, pct=True)) if p]
     scrapes = f"{summary.scrapes} scrape{'s' if summary.scrapes != 1 else ''}"
     return f"server over {scrapes} while probing: " + ("; ".join(parts) if parts else "no queue or KV gauges")
+
+
+def _agent_table(snapshot: Snapshot) -> list[str]:
+    """The agent-step probe's figures (lpxtop/engine/agent), for the endpoints that have it."""
+    headers = ["ENDPOINT", "API", "STEPS", "ERR", "TOOL NAME", "TOOL CALL", "TOOL", "ANSWER TTFT", "STEP p50/p95",
+               "VALID", "CHAIN p50/p95"]
+    rows = []
+    for e in snapshot.endpoints:
+        a = e.agent
+        if a is None:
+            continue
+        chain = "--" if a.chain is None else f"{a.chain.steps}: {_ms_value(a.chain.p50_ms)}/{_ms_value(a.chain.p95_ms)}"
+        rows.append([
+            e.name, a.api, str(a.steps_sent), str(a.steps_sent - a.steps_ok), _ms(a.time_to_tool_name_ms),
+            _ms(a.time_to_tool_call_ms), _ms(a.tool_ms), _ms(a.answer_ttft_ms),
+            f"{_ms(a.step_ms)}/{_ms(a.step_ms, 'p95')}",
+            "--" if a.tool_call_valid_pct is None else f"{a.tool_call_valid_pct:.0f}%", chain,
+        ])
+    if not rows:
+        return []
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines = ["", "agent steps (call 1: tool call, the tool, call 2: answer; p50 in ms unless marked):"]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    for e in snapshot.endpoints:
+        if e.agent is not None and e.agent.last_error:
+            lines.append(f"{e.name}: last agent error: {e.agent.last_error}")
+    return lines
+
+
+def _ms_value(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
 
 
 def _gpu_line(snapshot: Snapshot) -> str:

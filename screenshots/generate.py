@@ -1,8 +1,8 @@
 """Regenerate the README's screenshots from the real app on the simulated servers.
 
-    python screenshots/generate.py            # writes screenshots/main.svg, detail.svg, alerts.svg
+    python screenshots/generate.py            # writes screenshots/main.svg, detail.svg, agent.svg, alerts.svg
 
-It runs `lpxtop demo`'s engine (two simulated servers on 127.0.0.1, a simulated GPU) under Textual's
+It runs `lpxtop demo`'s engine (simulated servers on 127.0.0.1, a simulated GPU) under Textual's
 headless driver at 160x48, waits for real measurements, then saves each screen. Run it again whenever
 the interface changes.
 """
@@ -37,13 +37,21 @@ async def shoot(out: Path) -> None:
         app = create_app(engine, theme="lpxtop-dark", on_ready=engine.start)
         async with app.run_test(size=SIZE) as pilot:
             endpoints = lambda: engine.snapshot().endpoints  # noqa: E731
-            await wait_until(pilot, lambda: len(endpoints()) == 2 and all(
-                e.probes_ok >= 20 and e.server is not None and len(e.server_history) >= 8 for e in endpoints()), 60)
+            def ready(e) -> bool:
+                chat = "chat" not in e.config.probes or e.probes_ok >= 20
+                agent = e.agent is None or e.agent.steps_ok >= 10
+                return chat and agent and e.server is not None and len(e.server_history) >= 8
+
+            await wait_until(pilot, lambda: len(endpoints()) == 3 and all(ready(e) for e in endpoints()), 90)
             await pilot.pause(1.0)
             app.save_screenshot(str(out / "main.svg"))
-            await pilot.press("enter")
+            # sorted by name: dify-app-sim, vllm-sim-a, vllm-sim-b
+            await pilot.press("down", "enter")
             await pilot.pause(1.5)
             app.save_screenshot(str(out / "detail.svg"))
+            await pilot.press("escape", "down", "enter", "right")  # vllm-sim-b's Agent tab
+            await pilot.pause(1.5)
+            app.save_screenshot(str(out / "agent.svg"))
             await pilot.press("escape")
             engine.request_surge(True)
             app.surge = True
@@ -56,7 +64,7 @@ async def shoot(out: Path) -> None:
 
 def main() -> int:
     asyncio.run(shoot(HERE))
-    for name in ("main.svg", "detail.svg", "alerts.svg"):
+    for name in ("main.svg", "detail.svg", "agent.svg", "alerts.svg"):
         print("wrote", HERE / name)
     return 0
 

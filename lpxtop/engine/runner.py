@@ -21,11 +21,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from lpxtop import __version__
+from lpxtop.engine.agent.prober import AgentProber, wants_agent, wants_chat
 from lpxtop.engine.clientlimit import LoopLag, ThreadCpuWait
 from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.engine.schedule import next_gap
 from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, EndpointWindow
+from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.events import (
@@ -174,6 +176,13 @@ class _EndpointState:
         self.in_flight = False
         self.wake = _Waker()
         self.tasks: list[asyncio.Task] = []
+        # The agent-step probe: a second probe loop with its own window and its own nap (engine/agent).
+        self.agent = AgentProber(config, settings.window_s, settings.max_samples) if wants_agent(config) else None
+        self.agent_wake = _Waker()
+
+    def wake_all(self) -> None:
+        self.wake.set()
+        self.agent_wake.set()
 
     def changed(self) -> None:
         self.version += 1
@@ -185,6 +194,11 @@ class _EndpointState:
             return cached[2]
         view = self.window.view(self.config, now=now, model=self.model, server=self.server,
                                 server_kind=self.server_kind, in_flight=self.in_flight)
+        if self.agent is not None:
+            agent = self.agent.view(now)
+            # An endpoint probed by agent steps alone takes its status from them.
+            status = view.status if wants_chat(self.config) else agent.status
+            view = replace(view, agent=agent, status=status, in_flight=view.in_flight or agent.in_flight)
         self._view = (self.version, now, view)
         return view
 
@@ -395,7 +409,12 @@ class Engine:
         if state.scraper is not None:
             scraping = asyncio.create_task(self._scrape_while_probing(state, client))
         try:
-            await self._probe_loop(state, client, count=samples, interval_s=interval_s)
+            loops = []
+            if wants_chat(state.config):
+                loops.append(self._probe_loop(state, client, count=samples, interval_s=interval_s))
+            if state.agent is not None:
+                loops.append(self._agent_loop(state, client, count=samples, interval_s=interval_s))
+            await asyncio.gather(*loops)
         finally:
             if scraping is not None:
                 scraping.cancel()
@@ -495,7 +514,10 @@ class Engine:
         return state
 
     def _start_endpoint(self, state: _EndpointState, client: HttpClient) -> None:
-        state.tasks.append(asyncio.create_task(self._probe_loop(state, client), name=f"probe:{state.config.name}"))
+        if wants_chat(state.config):
+            state.tasks.append(asyncio.create_task(self._probe_loop(state, client), name=f"probe:{state.config.name}"))
+        if state.agent is not None:
+            state.tasks.append(asyncio.create_task(self._agent_loop(state, client), name=f"agent:{state.config.name}"))
         if state.scraper is not None:
             state.tasks.append(asyncio.create_task(self._scrape_loop(state, client), name=f"scrape:{state.config.name}"))
 
@@ -513,17 +535,35 @@ class Engine:
         self, state: _EndpointState, client: HttpClient, count: int | None = None, interval_s: float | None = None
     ) -> None:
         """One probe at a time per endpoint, each after a random gap (schedule.py); `count` probes, or forever."""
+        await self._repeat(lambda: self._probe(state, client), state, state.wake, count, interval_s)
+
+    async def _agent_loop(
+        self, state: _EndpointState, client: HttpClient, count: int | None = None, interval_s: float | None = None
+    ) -> None:
+        """One agent step (two calls to the server) at a time per endpoint, on the probes' schedule."""
+        await self._repeat(lambda: self._agent_step(state, client), state, state.agent_wake, count, interval_s)
+
+    async def _repeat(
+        self,
+        step: Callable[[], Awaitable[Sample | None]],
+        state: _EndpointState,
+        wake: _Waker,
+        count: int | None,
+        interval_s: float | None,
+    ) -> None:
         sent = 0
         while count is None or sent < count:
             while self._paused:
-                await state.wake.nap(None)
-            sample = await self._probe(state, client)
+                await wake.nap(None)
+            sample = await step()
             sent += 1
             if count is not None and sent >= count:
                 return
-            await self._wait_for_next(state, sample, interval_s)
+            await self._wait_for_next(state, sample, interval_s, wake)
 
-    async def _wait_for_next(self, state: _EndpointState, sample: Sample | None, interval_s: float | None) -> None:
+    async def _wait_for_next(
+        self, state: _EndpointState, sample: Sample | None, interval_s: float | None, wake: _Waker
+    ) -> None:
         """The gap before the next probe. A new interval draws a new gap at once (the clock has no memory,
         so that is still an exponential gap); resume ends the wait."""
         retry_after = min(sample.retry_after_s, MAX_INTERVAL_S) if sample is not None and sample.retry_after_s else 0.0
@@ -531,7 +571,7 @@ class Engine:
             scale = self._interval_scale
             mean = (interval_s or state.config.interval_s) * scale
             gap = max(next_gap(mean, self._rng, schedule=self.settings.probe_schedule), retry_after)
-            woken = await state.wake.nap(gap)
+            woken = await wake.nap(gap)
             if not woken or self._paused or scale == self._interval_scale:
                 return
 
@@ -592,6 +632,37 @@ class Engine:
         self._dirty = True
         if self._listeners:
             self._emit(SampleEvent(state.config.name, sample))
+
+    async def _agent_step(self, state: _EndpointState, client: HttpClient) -> None:
+        prober = state.agent
+        assert prober is not None
+        try:
+            model: str | None = None
+            error: str | None = None
+            if state.config.api != "dify":  # a Dify app has no /v1/models; its model is the app's business
+                model, error = await self._resolve_model(state, client)
+            prober.in_flight = True
+            state.changed()
+            self._dirty = True
+            if state.config.api != "dify" and model is None and error is not None:
+                step = prober.failed(error)
+            else:
+                step = await prober.step(client, model)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug in one step must not stop the loop
+            log.exception("agent step of %s failed unexpectedly", state.config.name)
+            step = prober.failed(f"other: {type(exc).__name__}: {exc}")
+        finally:
+            prober.in_flight = False
+        try:
+            prober.window.add(step)
+        except Exception:  # noqa: BLE001 - no step may stop an endpoint's agent loop
+            log.exception("the agent statistics of %s could not take a step; left out", state.config.name)
+        state.changed()
+        self._dirty = True
+        if self._listeners:
+            self._emit(AgentStepEvent(state.config.name, step))
 
     async def _resolve_model(self, state: _EndpointState, client: HttpClient) -> tuple[str | None, str | None]:
         """The model to send. Once a model is known (configured, or listed before) the probe does not wait:
@@ -753,7 +824,7 @@ class Engine:
         self._paused = paused
         if not paused:
             for state in self._states.values():
-                state.wake.set()
+                state.wake_all()
         self._dirty = True
         if self._listeners:
             self._emit(ControlEvent(time.time(), "paused", paused))
@@ -761,6 +832,8 @@ class Engine:
     def _reset(self) -> None:
         for state in self._states.values():
             state.window.reset()
+            if state.agent is not None:
+                state.agent.window.reset()
             state.changed()
         self._dirty = True
         if self._listeners:
@@ -771,7 +844,7 @@ class Engine:
         seconds = min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, seconds))
         self._interval_scale = seconds / base if base > 0 else 1.0
         for state in self._states.values():
-            state.wake.set()
+            state.wake_all()
         self._dirty = True
         if self._listeners:
             self._emit(ControlEvent(time.time(), "interval", self.interval_s))

@@ -23,7 +23,7 @@ class EndpointConfig:
     name: str
     url: str
     model: str | None = None
-    api: str = "chat"  # "chat" -> /chat/completions, "completions" -> /completions
+    api: str = "chat"  # "chat" -> /chat/completions, "completions" -> /completions, "dify" -> a Dify app
     api_key_env: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
     interval_s: float = 2.0
@@ -41,6 +41,12 @@ class EndpointConfig:
     server_kind: str | None = None  # force a server kind instead of detecting it
     discovered: bool = False
     extra: tuple[tuple[str, str], ...] = field(default=())
+    # The agent-step probe (lpxtop/engine/agent): "chat" and/or "agent"; a Dify app (api "dify") is agent only.
+    probes: tuple[str, ...] = ("chat",)
+    tool_choice: str = "required"  # "required", "auto", or the name of one tool
+    tools_file: str | None = None  # JSON tools (and prompt, results); default: a small built-in set
+    tool_latency_s: float = 0.0  # how long the agent step's tool takes to "run"
+    chain_steps: int = 5  # steps in the chain whose budget is shown
 
     @property
     def origin(self) -> str:
@@ -94,4 +100,7 @@ class EndpointConfig:
             "first_token_timeout_s": self.first_token_timeout_s,
             "metrics_url": self.effective_metrics_url,
             "discovered": self.discovered,
+            "probes": list(self.probes),
+            **({"tool_choice": self.tool_choice, "tools_file": self.tools_file, "tool_latency_s": self.tool_latency_s,
+                "chain_steps": self.chain_steps} if "agent" in self.probes else {}),
         }

@@ -1,5 +1,6 @@
 """What the engine measured, one record per input, for readers that need every input and not only
-the published summary: the recorder (issue 15) and the exporter's histograms (issue 16).
+the published summary: the recorder (issue 15) and the exporter's histograms (issue 16). An agent
+step (issue 17) is an `AgentStepEvent` (lpxtop.model.agent); a listener passes over kinds it does not use.
 
 The engine hands each record to its listeners on its own loop (`Engine.add_listener`). A listener
 must return within microseconds (append to a deque, put on a `queue.SimpleQueue`) and never block;
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.alerts import Alert
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.host import HostSnapshot
@@ -78,4 +80,7 @@ class ControlEvent:
     value: float | bool | None = None
 
 
-EngineEvent = SampleEvent | ScrapeEvent | GpuEvent | SystemEvent | SnapshotEvent | AlertsEvent | ControlEvent
+EngineEvent = (
+    SampleEvent | ScrapeEvent | GpuEvent | SystemEvent | SnapshotEvent | AlertsEvent | ControlEvent
+    | AgentStepEvent
+)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from lpxtop.model.agent import AgentView
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.gpu import GpuSnapshot
@@ -107,6 +108,7 @@ class EndpointView:
     # the percentiles count client-limited probes (asked for, or no other probe was in the window)
     percentiles_with_client_limited: bool = False
     server_summary: ServerSummary | None = None  # the server's gauges across the probes' span
+    agent: AgentView | None = None  # the agent-step probe's window (engine/agent), when it is on
 
     @property
     def name(self) -> str:
@@ -154,6 +156,7 @@ class EndpointView:
             "server": self.server.to_json() if self.server is not None else None,
             "server_while_probing": self.server_summary.to_json() if self.server_summary is not None else None,
             "last_error": self.last_error,
+            "agent": self.agent.to_json() if self.agent is not None else None,
         }
         if self.host is not None:
             data["host"] = self.host

@@ -10,6 +10,7 @@ import sys
 
 from lpxtop.sim.config import SimConfig, parse_background_load, parse_wave_load
 from lpxtop.sim.server import SimServer
+from lpxtop.sim.tools import TOOL_CALL_SHAPES
 
 
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +74,18 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         "(new requests only once the batch has emptied), e.g. 4,64 (default: off)",
     )  # fmt: skip
     parser.add_argument(
+        "--tool-call-shape", default=d.tool_call_shape, choices=TOOL_CALL_SHAPES,
+        help="how streamed tool-call deltas look (openai: vLLM's; see lpxtop/sim/tools.py) (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tool-fault-rate", type=float, default=d.tool_fault_rate,
+        help="share of tool calls answered with text, bad JSON or schema-breaking arguments (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dify-tool-latency-ms", type=float, default=d.dify_tool_latency_ms,
+        help="how long the simulated Dify app's tool takes, ms (POST /v1/chat-messages) (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
         "--seed",
         type=int,
         default=d.seed,
@@ -95,6 +108,9 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         background_load=parse_background_load(args.background_load),
         wave_load=parse_wave_load(args.wave_load),
         seed=args.seed,
+        tool_call_shape=args.tool_call_shape,
+        tool_fault_rate=args.tool_fault_rate,
+        dify_tool_latency_ms=args.dify_tool_latency_ms,
     )
 
 

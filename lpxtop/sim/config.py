@@ -59,6 +59,13 @@ class SimConfig:
     prefix_block_tokens: int = 16
     max_records: int = 10_000
     version: str = "0.32.0"
+    # Tool calls and the Dify app (lpxtop/sim/tools.py, lpxtop/sim/dify.py)
+    tool_call_shape: str = "vllm"  # how tool-call deltas look; see sim/tools.py
+    tool_chars_per_token: int = 4  # characters of a call's arguments per streamed chunk
+    tool_fault_rate: float = 0.0  # share of tool calls given a random tool fault
+    dify_decision_tokens: int = 8  # tokens of the Dify app's tool-deciding round
+    dify_answer_tokens: int = 16  # tokens of its answer
+    dify_tool_latency_ms: float = 20.0  # how long its tool takes
 
     # Start-up faults (see faults.Faults for the meaning of each).
     rate_limit: bool = False
@@ -71,6 +78,7 @@ class SimConfig:
     bad_json: bool = False
     empty: bool = False
     slow_headers_s: float = 0.0
+    tool_fault: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -91,6 +99,16 @@ class SimConfig:
                 raise ValueError("wave_load needs at least 1 client and 1 token")
         if self.role_chunk_at not in ("received", "admitted", "first_token"):
             raise ValueError("role_chunk_at must be 'received', 'admitted' or 'first_token'")
+        from lpxtop.sim.tools import TOOL_CALL_SHAPES, TOOL_FAULTS
+
+        if self.tool_call_shape not in TOOL_CALL_SHAPES:
+            raise ValueError(f"tool_call_shape must be one of {', '.join(TOOL_CALL_SHAPES)}")
+        if self.tool_fault is not None and self.tool_fault not in TOOL_FAULTS:
+            raise ValueError(f"tool_fault must be one of {', '.join(TOOL_FAULTS)}")
+        if not 0.0 <= self.tool_fault_rate <= 1.0:
+            raise ValueError("tool_fault_rate must be between 0 and 1")
+        if self.tool_chars_per_token < 1 or self.dify_decision_tokens < 1 or self.dify_answer_tokens < 1:
+            raise ValueError("tool_chars_per_token, dify_decision_tokens and dify_answer_tokens must be at least 1")
         self.max_model_len = max(2, min(self.max_model_len, self.kv_tokens))
 
 

@@ -15,6 +15,7 @@ What each one does on the wire (generation requests, /v1/chat/completions and /v
 - bad_json: one malformed `data:` line is sent right before the first content chunk.
 - empty: the request finishes ("stop") without any token: a finish-only chunk (`delta: {}`).
 - slow_headers_s: the response headers (or error) are sent that many seconds late.
+- tool_fault: "no_tool_call", "bad_tool_args" or "tool_args_schema" for a request with tools (sim/tools.py).
 
 `count=N` on set() makes the given faults apply to the next N generation requests only, on top of the
 standing ones; this is how a test makes exactly one request faulty.
@@ -47,6 +48,7 @@ class Faults:
     bad_json: bool = False
     empty: bool = False
     slow_headers_s: float = 0.0
+    tool_fault: str | None = None
 
     @classmethod
     def from_config(cls, config: SimConfig) -> Faults:
@@ -95,6 +97,11 @@ def validate_faults(values: dict[str, Any]) -> dict[str, Any]:
                 raise ValueError(f"{name} must be true or false")
         elif name == "api_key" and value is not None and (not isinstance(value, str) or not value):
             raise ValueError("api_key must be a non-empty string or null")
+        elif name == "tool_fault" and value is not None:
+            from lpxtop.sim.tools import TOOL_FAULTS
+
+            if value not in TOOL_FAULTS:
+                raise ValueError(f"tool_fault must be one of {', '.join(TOOL_FAULTS)} or null")
         clean[name] = value
     return clean
 

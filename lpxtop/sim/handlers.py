@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from lpxtop.sim.dify import DifyApp
 from lpxtop.sim.engine import SimRequest
 from lpxtop.sim.faults import Faults
 from lpxtop.sim.metrics import METRICS_CONTENT_TYPE
 from lpxtop.sim.records import SimRecord
 from lpxtop.sim.streaming import StreamSession
 from lpxtop.sim.text import chat_prompt_tokens, completion_prompt_tokens
+from lpxtop.sim.tools import ToolCallPlan, ToolCallSession, plan_tool_call, tool_prompt_tokens
 from lpxtop.sim.wire import (
     ChunkMaker,
     compact_json,
@@ -72,6 +74,7 @@ class SimHandlers:
             web.post("/sim/reset", self.reset),
             web.get("/sim/state", self.state),
             web.get("/sim/records/{response_id}", self.record),
+            web.post("/v1/chat-messages", DifyApp(self.server).chat_messages),  # a Dify agent app (sim/dify.py)
         ]
 
     async def health(self, request: web.Request) -> web.Response:
@@ -143,7 +146,7 @@ class SimHandlers:
         if faults.slow_headers_s > 0:
             await asyncio.sleep(faults.slow_headers_s)
         try:
-            sim_request, include_usage = await self._admit(request, api, faults, record)
+            sim_request, include_usage, tool_plan = await self._admit(request, api, faults, record)
         except RequestRejected as rejected:
             record.status = rejected.status
             record.outcome = f"http_{rejected.status}"
@@ -153,14 +156,18 @@ class SimHandlers:
         chunks = ChunkMaker(
             api, record.response_id, record.model, system_fingerprint(self.config.version, record.model)
         )
-        session = StreamSession(server, request, record, faults, sim_request, chunks, include_usage)
+        if tool_plan is not None:  # a request with tools, answered with a tool call (sim/tools.py)
+            session: StreamSession = ToolCallSession(server, request, record, faults, sim_request, chunks,
+                                                     include_usage, plan=tool_plan)
+        else:
+            session = StreamSession(server, request, record, faults, sim_request, chunks, include_usage)
         if record.stream:
             return await session.stream()
         return await session.respond_once()
 
     async def _admit(
         self, request: web.Request, api: str, faults: Faults, record: SimRecord
-    ) -> tuple[SimRequest, bool]:
+    ) -> tuple[SimRequest, bool, ToolCallPlan | None]:
         """Check access and the body, then queue the request in the engine; raise RequestRejected."""
         cfg = self.config
         denied = self._auth_error(request, faults)
@@ -198,7 +205,7 @@ class SimHandlers:
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:
                 raise _bad_request("`messages` must be a non-empty list.", "messages")
-            prompt = chat_prompt_tokens(messages)
+            prompt = chat_prompt_tokens(messages) + tool_prompt_tokens(body)
         else:
             if "prompt" not in body:
                 raise _bad_request("`prompt` is required.", "prompt")
@@ -221,6 +228,9 @@ class SimHandlers:
         elif cfg.random_stop and not body.get("ignore_eos", False):
             target = self.server.rng.randint(1, max_tokens)
             reason = "stop" if target < max_tokens else "length"
+        tool_plan = plan_tool_call(body, cfg, faults, self.server.rng) if api == "chat" and not faults.empty else None
+        if tool_plan is not None:
+            target, reason = tool_plan.target(max_tokens)
         sim_request = SimRequest(
             request_id=record.response_id,
             prompt=prompt,
@@ -239,7 +249,7 @@ class SimHandlers:
                     f"(max_waiting={cfg.max_waiting}). Retry later.",
                 ),
             )
-        return sim_request, include_usage
+        return sim_request, include_usage, tool_plan
 
     def _max_tokens(self, body: dict[str, Any], api: str, prompt_len: int) -> int:
         cfg = self.config

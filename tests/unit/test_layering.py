@@ -30,6 +30,7 @@ HEADLESS_MODULES = [
     "lpxtop.record.recorder",
     "lpxtop.record.replay",  # also reading, store, codec
     "lpxtop.record.export",
+    "lpxtop.engine.agent.prober",  # the agent-step probe: imports every module of lpxtop/engine/agent
 ]
 
 

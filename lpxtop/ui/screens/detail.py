@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 from lpxtop.model.snapshot import EndpointView, Snapshot
 from lpxtop.ui.formatting import fmt_ago, fmt_ms, fmt_pct, fmt_rate, truncate
 from lpxtop.ui.palette import Palette
+from lpxtop.ui.widgets.agent_panel import AgentPanel
 from lpxtop.ui.widgets.charts import PlotextChart, endpoint_charts
 from lpxtop.ui.widgets.endpoints_table import STATUS_SYMBOLS, error_pct, server_ttft_p50_ms, ttft_gap_ms
 
@@ -92,7 +93,7 @@ class DetailScreen(Screen):
                 yield Static("", id="settings", markup=False)
         yield Footer(compact=True, show_command_palette=False)
 
-    def on_mount(self) -> None:
+    async def on_mount(self) -> None:
         table = self.query_one("#errors-table", DataTable)
         table.add_column("When", key="when", width=10)
         table.add_column("Class", key="class", width=20)
@@ -100,8 +101,21 @@ class DetailScreen(Screen):
         table.add_column("Message", key="message")
         self.set_class(self.size.width >= WIDE, "-wide")
         snap = getattr(self.app, "snapshot", None)
+        await self._add_agent_tab(snap)
         if snap is not None:
             self.show_snapshot(snap)
+
+    async def _add_agent_tab(self, snap: Snapshot | None) -> None:
+        """An Agent tab for an endpoint with the agent-step probe, first when it has no chat probe."""
+        view = next((v for v in snap.endpoints if v.name == self.endpoint_name), None) if snap else None
+        if view is None or view.agent is None:
+            return
+        tabs = self.query_one("#detail-tabs", TabbedContent)
+        agent_only = "chat" not in view.config.probes
+        pane = TabPane("Agent", VerticalScroll(AgentPanel(id="agent-panel", markup=False)), id="tab-agent")
+        await tabs.add_pane(pane, before="tab-charts" if agent_only else "tab-errors")
+        if agent_only:
+            tabs.active = "tab-agent"
 
     def on_resize(self) -> None:
         self.set_class(self.size.width >= WIDE, "-wide")
@@ -143,6 +157,8 @@ class DetailScreen(Screen):
                 if force:
                     chart.redraw(force=True)
         self._show_errors(view, snap.wall_time, palette, force)
+        for panel in self.query(AgentPanel):
+            panel.show(view, snap.wall_time, palette)
         if view.config != self._settings_key or force:
             self._settings_key = view.config
             self.query_one("#settings", Static).update(settings_text(view))

@@ -20,6 +20,7 @@ from lpxtop.ui.formatting import (
     spark_text,
 )
 from lpxtop.ui.palette import Palette
+from lpxtop.ui.widgets.agent_panel import step_cell
 from lpxtop.ui.widgets.row_table import COLUMN_PADDING, RowTable, TableCell, TableColumn
 
 STATUS_SYMBOLS = {"up": "●", "degraded": "◐", "down": "✖", "pending": "…"}
@@ -107,6 +108,7 @@ class Column:
     priority: int
     cell: Callable[[EndpointView, Thresholds], Cell]
     flexible: bool = False  # takes the width left over
+    agent_only: bool = False  # shown only when an endpoint in the table has the agent-step probe
 
 
 COLUMNS: tuple[Column, ...] = (
@@ -121,6 +123,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("tpot", "TPOT50", 6, 8, lambda v, t: _ms_cell(_p(v.tpot_ms, "p50"), "tpot_p50_ms", t)),
     Column("tps", "tok/s", 5, 1, lambda v, t: Cell(fmt_rate(_p(v.output_tokens_per_s, "p50")), "ok" if v.output_tokens_per_s else "unknown")),
     Column("e2e", "E2E99", 6, 3, lambda v, t: _ms_cell(_p(v.e2e_ms, "p99"), "e2e_p99_ms", t)),
+    Column("step", "Step50/95", 9, 1, lambda v, t: Cell(*step_cell(v)), agent_only=True),
     Column("err", "Err%", 4, 1, lambda v, t: Cell(fmt_pct(error_pct(v)), level(error_pct(v), "error_pct", t))),
     Column("queue", "Q w/r", 7, 2, _queue),
     Column("kv", "KV", 4, 2, _kv),
@@ -150,8 +153,11 @@ def columns_for(views: Sequence[EndpointView]) -> tuple[Column, ...]:
     return tuple(out)
 
 
-def columns_for_width(width: int, columns: tuple[Column, ...] = COLUMNS) -> tuple[Column, ...]:
-    """The columns that fit in `width` cells, most important first, kept in display order."""
+def columns_for_width(width: int, columns: tuple[Column, ...] = COLUMNS, agent: bool = False) -> tuple[Column, ...]:
+    """The columns that fit in `width` cells, most important first, kept in display order.
+
+    `agent`: some endpoint has the agent-step probe, so its step column is among them."""
+    columns = tuple(c for c in columns if agent or not c.agent_only)
     chosen: set[str] = set()
     used = 0
     for priority in sorted({c.priority for c in columns}):
@@ -237,7 +243,7 @@ class EndpointsTable(RowTable):
         # one; show the first.
         views = [v for v in views if not (v.key in seen or seen.add(v.key))]
         width = max(0, self.size.width or self.app.size.width) - 2  # room for a scrollbar
-        columns = columns_for_width(width, columns_for(views))
+        columns = columns_for_width(width, columns_for(views), agent=any(v.agent is not None for v in views))
         # The width left over goes to the last error, or to the name when the error is not shown.
         flexible = [c for c in columns if c.flexible] or [c for c in columns if c.key == "name"]
         fixed = sum(c.width + COLUMN_PADDING for c in columns)

@@ -1,0 +1,81 @@
+"""The agent probe of one endpoint as the engine runs it: its tool set, its window, and one step at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from lpxtop.engine.agent.dify import run_dify_step
+from lpxtop.engine.agent.step import run_agent_step
+from lpxtop.engine.agent.tools import ToolSet, load_tool_set
+from lpxtop.engine.agent.window import AgentWindow
+from lpxtop.engine.httpclient import HttpClient
+from lpxtop.model.agent import AgentStep, AgentView
+from lpxtop.model.endpoint import EndpointConfig
+
+log = logging.getLogger("lpxtop.engine.agent")
+
+
+def wants_agent(config: EndpointConfig) -> bool:
+    return "agent" in config.probes
+
+
+def wants_chat(config: EndpointConfig) -> bool:
+    return "chat" in config.probes
+
+
+class AgentProber:
+    """Runs one endpoint's agent steps (never two at once) and keeps their window. Engine loop only."""
+
+    def __init__(self, config: EndpointConfig, window_s: float, max_samples: int) -> None:
+        self.config = config
+        self.window = AgentWindow(window_s, max_samples)
+        self.include_usage = True
+        self.in_flight = False
+        self.tools: ToolSet | None = None
+        self.tools_error: str | None = None
+        try:
+            self.tools = load_tool_set(config.tools_file)
+        except ValueError as exc:  # the CLI checks the file first; it may have changed since
+            self.tools_error = str(exc)
+
+    async def step(self, client: HttpClient, model: str | None) -> AgentStep:
+        """One agent step (the model already resolved for a chat endpoint). Never raises but cancellation."""
+        self.in_flight = True
+        try:
+            if self.tools is None:
+                return self._failed("other", f"tools file: {self.tools_error}")
+            if self.config.api == "dify":
+                return await run_dify_step(client, self.config, self.tools)
+            step = await run_agent_step(client, self.config, self.tools, model, include_usage=self.include_usage)
+            if self.include_usage and step.failed_call == 1 and _refused_usage(step):
+                self.include_usage = False
+                step = await run_agent_step(client, self.config, self.tools, model, include_usage=False)
+            return step
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug in one step must not stop the probe
+            log.exception("agent step of %s failed unexpectedly", self.config.name)
+            return self._failed("other", f"{type(exc).__name__}: {exc}")
+        finally:
+            self.in_flight = False
+
+    def failed(self, error: str) -> AgentStep:
+        """A step that could not start ('<kind>: <message>', as from the model lookup)."""
+        kind, _, message = error.partition(": ")
+        return self._failed(kind or "other", message or None)
+
+    def _failed(self, kind: str, message: str | None) -> AgentStep:
+        return AgentStep(endpoint=self.config.name, api="dify" if self.config.api == "dify" else "chat",
+                         wall_time=time.time(), start_ns=time.perf_counter_ns(), error_kind=kind,
+                         error_message=message, failed_call=1)
+
+    def view(self, now: float) -> AgentView:
+        return self.window.view(api="dify" if self.config.api == "dify" else "chat", now=now,
+                                chain_steps=self.config.chain_steps, in_flight=self.in_flight)
+
+
+def _refused_usage(step: AgentStep) -> bool:
+    """An older server that refuses `stream_options` (HTTP 400/422 naming it): step again without it."""
+    return step.http_status in (400, 422) and "stream_options" in (step.error_message or "")

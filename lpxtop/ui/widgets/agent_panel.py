@@ -1,0 +1,168 @@
+"""The agent-step probe on screen: the main table's `Step50/95` cell and the detail screen's Agent tab.
+
+The tab shows where an agent step's milliseconds go: each measured time as p50/p95/p99, the chain
+budget (N steps at today's p50 and p95, from the window's own samples), and a breakdown bar of the mean
+step (queueing and prefill, decode, the tool, time outside the engine) so a user sees what to attack.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from lpxtop.model.agent import SEGMENT_LABELS, SEGMENTS, AgentView
+from lpxtop.model.probe import Percentiles
+from lpxtop.model.snapshot import EndpointView
+from lpxtop.ui.formatting import UNKNOWN, fmt_ago, fmt_ms, truncate
+from lpxtop.ui.palette import Palette
+
+BAR_MIN_WIDTH = 20
+
+
+def step_cell(view: EndpointView) -> tuple[str, str]:
+    """The main table's `Step50/95` text and level; empty for an endpoint without the agent probe."""
+    agent = view.agent
+    if agent is None:
+        return "", "ok"
+    if agent.step_ms is None:
+        return UNKNOWN, "unknown"
+    return fmt_pair_ms(agent.step_ms.p50, agent.step_ms.p95), "ok"
+
+
+def fmt_pair_ms(low: float, high: float) -> str:
+    """Two times (low ≤ high) in at most 9 characters: 142/318, 0.9/2.4s, 12/46s, 2/17m."""
+    if high < 999.5:
+        return f"{fmt_ms(low)}/{fmt_ms(high)}"
+    if high < 9_950:
+        return f"{low / 1000:.1f}/{high / 1000:.1f}s"
+    if high < 99_500:
+        return f"{low / 1000:.0f}/{high / 1000:.0f}s"
+    return f"{low / 60_000:.0f}/{high / 60_000:.0f}m"
+
+
+def _with_unit(value: float) -> str:
+    text = fmt_ms(value)
+    return text if text.endswith("s") else f"{text} ms"
+
+
+def _row(text: Text, label: str, p: Percentiles | None, palette: Palette, note: str = "") -> None:
+    text.append(f"  {label:<22}")
+    if p is None:
+        text.append(f"{UNKNOWN:>7} {UNKNOWN:>7} {UNKNOWN:>7}", style=palette.muted)
+    else:
+        text.append(f"{fmt_ms(p.p50):>7} {fmt_ms(p.p95):>7} {fmt_ms(p.p99):>7}")
+    if note:
+        text.append(f"   {note}", style=palette.muted)
+    text.append("\n")
+
+
+def _segment_styles(palette: Palette) -> dict[str, str]:
+    colors = [f"rgb({r},{g},{b})" for r, g, b in palette.chart]
+    return {"prefill": colors[0], "decode": colors[2], "tool": colors[1], "outside": colors[4 % len(colors)]}
+
+
+def breakdown_bar(breakdown: dict[str, float], width: int, palette: Palette) -> Text:
+    """One line of `width` cells split in proportion to the mean step's segments, then a legend line."""
+    text = Text(no_wrap=True, overflow="ellipsis")
+    total = sum(breakdown.get(s, 0.0) for s in SEGMENTS)
+    if total <= 0:
+        text.append("  no fully measured step in the window yet", style=palette.muted)
+        return text
+    width = max(BAR_MIN_WIDTH, width)
+    styles = _segment_styles(palette)
+    cells = {s: breakdown.get(s, 0.0) / total * width for s in SEGMENTS}
+    # whole cells by largest remainder, so the bar is exactly `width` wide
+    counts = {s: int(v) for s, v in cells.items()}
+    for s in sorted(SEGMENTS, key=lambda s: cells[s] - counts[s], reverse=True)[: width - sum(counts.values())]:
+        counts[s] += 1
+    text.append("  ")
+    for s in SEGMENTS:
+        text.append("█" * counts[s], style=styles[s])
+    text.append("\n  ")
+    for s in SEGMENTS:
+        share = breakdown.get(s, 0.0) / total * 100
+        text.append("■ ", style=styles[s])
+        text.append(f"{SEGMENT_LABELS[s]} {_with_unit(breakdown.get(s, 0.0))} ({share:.0f}%)   ")
+    return text
+
+
+def render_agent(agent: AgentView | None, now: float, palette: Palette, width: int = 100) -> Text:
+    """The Agent tab's text."""
+    text = Text(no_wrap=True, overflow="ellipsis")
+    if agent is None:
+        text.append("The agent-step probe is off for this endpoint: start lpxtop with --probe agent "
+                    "(or probe = [\"chat\", \"agent\"] in the config file).", style=palette.muted)
+        return text
+    what = "Dify app: one request per step" if agent.api == "dify" else "call 1 (tool call) → tool → call 2 (answer)"
+    text.append(f"agent steps  {what}  ", style="bold")
+    text.append(f"{agent.steps_sent} sent, {agent.steps_ok} ok, {agent.steps_failed} not", style=palette.muted)
+    if agent.in_flight:
+        text.append("  (a step is running)", style=palette.muted)
+    text.append("\n")
+    valid = agent.tool_call_valid_pct
+    text.append("  tool calls with valid arguments: ")
+    text.append("--" if valid is None else f"{valid:.0f}%",
+                style=palette.muted if valid is None else (palette.ok if valid >= 99.5 else palette.warning))
+    if agent.errors:
+        text.append("   errors: ")
+        text.append(", ".join(f"{k} {n}" for k, n in sorted(agent.errors.items())), style=palette.critical)
+    text.append("\n\n")
+    text.append(f"  {'ms':<22}{'p50':>7} {'p95':>7} {'p99':>7}\n", style=palette.muted)
+    _row(text, "time to tool name", agent.time_to_tool_name_ms, palette,
+         "the app's tool decision" if agent.api == "dify" else "first delta naming the function")
+    if agent.api == "dify":
+        _row(text, "time to observation", agent.time_to_observation_ms, palette, "the app's tool returned")
+        _row(text, "tool", agent.tool_ms, palette, "decision to observation, in the app")
+        _row(text, "answer TTFT", agent.answer_ttft_ms, palette, "from the request")
+        _row(text, "answer E2E", agent.answer_e2e_ms, palette, "from the request")
+        _row(text, "app latency (its own)", agent.app_latency_ms, palette, "message_end metadata.usage.latency")
+        _row(text, "client latency", agent.client_latency_ms, palette, "message_end's arrival here")
+        if agent.app_latency_ms is not None and agent.client_latency_ms is not None:
+            gap = agent.client_latency_ms.mean - agent.app_latency_ms.mean
+            text.append(f"  network and gateway (client − app, mean): {gap:+.1f} ms\n", style=palette.accent)
+    else:
+        _row(text, "time to tool call", agent.time_to_tool_call_ms, palette, "last argument fragment")
+        _row(text, "call 1 E2E", agent.call1_e2e_ms, palette)
+        _row(text, "tool", agent.tool_ms, palette, "lpxtop's simulated tool")
+        _row(text, "answer TTFT", agent.answer_ttft_ms, palette, "call 2, from its send")
+        _row(text, "answer E2E", agent.answer_e2e_ms, palette, "call 2, from its send")
+    _row(text, "step", agent.step_ms, palette, "call 1's send to the answer's last token")
+    text.append("\n")
+    chain = agent.chain
+    text.append(f"  chain of {agent.chain_steps} steps: ", style="bold")
+    if chain is None:
+        text.append("no step measured yet", style=palette.muted)
+    else:
+        text.append(f"p50 {_with_unit(chain.p50_ms)}, p95 {_with_unit(chain.p95_ms)}", style="bold")
+        method = "all chains enumerated" if chain.exact else f"{chain.draws} random chains, fixed seed"
+        text.append(f"  (from {chain.samples} step samples, {method}", style=palette.muted)
+        if agent.step_ms is not None:
+            text.append(f"; {chain.steps} × p95 would say {_with_unit(chain.steps * agent.step_ms.p95)}",
+                        style=palette.muted)
+        text.append(")", style=palette.muted)
+    text.append("\n\n  where a step's time goes (mean over the window):\n", style="bold")
+    text.append_text(breakdown_bar(dict(agent.breakdown_ms), width - 6, palette))
+    text.append("\n")
+    errors = agent.recent_errors
+    if errors:
+        text.append("\n  last errors\n", style="bold")
+        for step in reversed(errors[-5:]):
+            text.append(f"  {fmt_ago(step.wall_time, now):>8}  ")
+            text.append(f"{step.error_kind or '?':<17}", style=palette.critical)
+            text.append(truncate(step.error_message or "", max(20, width - 32)) + "\n")
+    return text
+
+
+class AgentPanel(Static):
+    """The detail screen's Agent tab: re-rendered with each snapshot of its endpoint."""
+
+    DEFAULT_CSS = """
+    AgentPanel {
+        padding: 1 1;
+        height: auto;
+    }
+    """
+
+    def show(self, view: EndpointView, now: float, palette: Palette) -> None:
+        width = (self.size.width or self.app.size.width) - 2
+        self.update(render_agent(view.agent, now, palette, width))

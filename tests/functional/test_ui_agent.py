@@ -1,0 +1,88 @@
+"""The agent probe on screen: the main table's step column, the detail screen's Agent tab (SVG snapshots
+from fixed data), and the bar's arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+from rich.style import Style
+
+from lpxtop.ui.palette import Palette
+from lpxtop.ui.widgets.agent_panel import AgentPanel, breakdown_bar, fmt_pair_ms, render_agent
+from lpxtop.ui.widgets.endpoints_table import EndpointsTable, columns_for_width
+from tests.agent_snapshot_data import agent_snapshot
+from tests.functional.test_ui_support import make_app, text_of
+from tests.snapshot_data import NOW
+
+PALETTE = Palette(ok=Style(), warning=Style(), critical=Style(), muted=Style(), accent=Style(),
+                  chart=((1, 1, 1), (2, 2, 2), (3, 3, 3), (4, 4, 4), (5, 5, 5)))
+
+
+def test_step_column_only_with_agent_endpoints():
+    assert "step" not in [c.key for c in columns_for_width(200)]
+    assert "step" in [c.key for c in columns_for_width(200, agent=True)]
+    assert "step" in [c.key for c in columns_for_width(78, agent=True)]  # shown at 80 columns too
+
+
+def test_pair_format_fits_nine_cells():
+    assert fmt_pair_ms(142.4, 318.0) == "142/318"
+    assert fmt_pair_ms(900.0, 2400.0) == "0.9/2.4s"
+    assert fmt_pair_ms(12_000.0, 46_000.0) == "12/46s"
+    times = (1.0, 9.99, 999.4, 999.6, 9949.0, 9999.0, 99_999.0, 5_000_000.0)
+    assert all(len(fmt_pair_ms(a, b)) <= 9 for a in times for b in times if a <= b)
+
+
+def test_bar_is_exactly_as_wide_as_asked_and_in_proportion():
+    bar = breakdown_bar({"prefill": 100.0, "decode": 200.0, "tool": 50.0, "outside": 50.0}, 40, PALETTE)
+    line = bar.plain.splitlines()[0].strip()
+    assert len(line) == 40
+    legend = bar.plain.splitlines()[1]
+    assert "decode 200 ms (50%)" in legend and "tool 50 ms (12%)" in legend
+    assert "no fully measured step" in breakdown_bar({}, 40, PALETTE).plain
+
+
+def test_agent_text_says_what_was_measured():
+    snap = agent_snapshot()
+    llama, dify = snap.endpoints[0], snap.endpoints[-1]
+    text = render_agent(llama.agent, NOW, PALETTE, 120).plain
+    assert "time to tool call" in text and "chain of 5 steps: p50" in text and "5 × p95 would say" in text
+    assert "bad_tool_args 1" in text and "valid arguments: 97%" in text  # 29 of the window's 30 calls
+    dify_text = render_agent(dify.agent, NOW, PALETTE, 120).plain
+    assert "app latency (its own)" in dify_text and "network and gateway (client − app, mean): +14.0 ms" in dify_text
+    assert "--probe agent" in render_agent(None, NOW, PALETTE).plain
+
+
+async def test_main_table_shows_step_p50_p95():
+    snapshot = agent_snapshot()
+    _, app = make_app(snapshot)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        table = app.screen.query_one(EndpointsTable)
+        assert "Step50/95" in [c.label for c in table.columns]
+        step = snapshot.endpoints[-1].agent.step_ms
+        assert table.get_cell("dify-support-bot", "step").strip() == fmt_pair_ms(step.p50, step.p95) == "1.1/1.1s"
+        assert table.get_cell("vllm-llama", "step").strip().count("/") == 1
+        assert table.get_cell("sglang-qwen", "step").strip() == ""
+
+
+async def test_detail_opens_on_the_agent_tab_of_an_agent_only_endpoint():
+    _, app = make_app(agent_snapshot())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        table = app.screen.query_one(EndpointsTable)
+        await pilot.press(*(["down"] * table.row_names.index("dify-support-bot")), "enter")
+        await pilot.pause()
+        panel = app.screen.query_one(AgentPanel)
+        assert "Dify app" in text_of(panel)
+        assert app.screen.query_one("#detail-tabs").active == "tab-agent"
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_main_screen_with_agent_endpoints(snap_compare, size):
+    _, app = make_app(agent_snapshot())
+    assert snap_compare(app, terminal_size=size)
+
+
+def test_agent_tab(snap_compare):
+    _, app = make_app(agent_snapshot())
+    # sorted by name: dify-support-bot, llamacpp-local, sglang-qwen, vllm-llama; the chat+agent one, then its tab
+    assert snap_compare(app, press=["down", "down", "down", "enter", "right"], terminal_size=(160, 48))
