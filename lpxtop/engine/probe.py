@@ -31,6 +31,7 @@ from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import Sample
 
 MAX_ERROR_BODY = 8192
+ERROR_BODY_S = 1.0  # an error's body is read this long at most: a trickled one must not lose the status
 # After [DONE]: how much more of the body, and for how long, to read so the connection can be reused
 DRAIN_MAX_BYTES = 65536
 DRAIN_TIMEOUT_S = 0.5
@@ -133,7 +134,7 @@ async def run_probe(
         return _sample(endpoint, m, status, kind, msg)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a classified sample
         kind, msg = classify_exception(exc, started_stream=m.first_event_ns is not None or status is not None)
-        return _sample(endpoint, m, status, kind, msg)
+        return _sample(endpoint, m, status or getattr(exc, "status_code", None), kind, msg)
     finally:
         watchdog.disarm()
 
@@ -206,6 +207,7 @@ async def _stream(client: HttpClient, body: dict, endpoint: EndpointConfig, m: _
         ),
         on_connect=connected,
     )
+    m.start_ns = response.start_ns  # after any wait for lpxtop's own pool, and the attempt that succeeded
     try:
         if response.status_code != 200:
             await _raise_http_error(response)
@@ -313,7 +315,7 @@ class _LazyEvents:
 async def _raise_http_error(response: Response) -> None:
     body = b""
     try:
-        body = await response.read(MAX_ERROR_BODY, truncate=True)
+        body = await response.read(MAX_ERROR_BODY, truncate=True, within=ERROR_BODY_S)
     except (HttpError, OSError):
         pass
     message = _error_message(body) or response.reason_phrase or "error"
