@@ -67,6 +67,20 @@ def answer_each(response: bytes, seen: list | None = None) -> Handler:
     return handle
 
 
+def answer_once(response: bytes, seen: list | None = None) -> Handler:
+    """Answers one request with `response`, then closes (what a server does after `Connection: close`)."""
+
+    async def handle(reader, writer):
+        request = await read_request(reader)
+        if seen is not None:
+            seen.append(request)
+        writer.write(response)
+        await writer.drain()
+        writer.close()
+
+    return handle
+
+
 def trickle(head: bytes, body: bytes, every_s: float) -> Handler:
     """Answers one request with `head` at once, then `body` one byte every `every_s` seconds."""
 
@@ -147,7 +161,8 @@ class ForwardProxy:
             up_writer.close()
             writer.write(answer)
             await writer.drain()
-            return  # one request per client connection: the answer may be close-delimited
+            writer.close()  # one request per client connection: the answer may be close-delimited
+            return
 
     async def _tunnel(self, authority: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.refuse_connect is not None:
