@@ -31,7 +31,7 @@ from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import Sample
 
 MAX_ERROR_BODY = 8192
-ERROR_BODY_S = 1.0  # an error's body is read this long at most: a trickled one must not lose the status
+ERROR_BODY_S = 0.5  # an error's body is read this long at most: a trickled one must not lose the status
 # After [DONE]: how much more of the body, and for how long, to read so the connection can be reused
 DRAIN_MAX_BYTES = 65536
 DRAIN_TIMEOUT_S = 0.5

@@ -24,29 +24,29 @@ async def test_get_is_bounded_as_a_whole_not_read_by_read():
     head = b"HTTP/1.1 200 OK\r\nContent-Length: 200\r\n\r\n"
     async with raw_server(trickle(head, SLOW_BODY, EVERY_S)) as port, HttpClient() as client:
         began = time.monotonic()
-        with pytest.raises(ReadTimeout, match="limit of 0.5 s"):
-            await client.get(f"http://127.0.0.1:{port}/", timeout=0.5)
-        assert 0.4 < time.monotonic() - began < 1.5
+        with pytest.raises(ReadTimeout, match="limit of 0.3 s"):
+            await client.get(f"http://127.0.0.1:{port}/", timeout=0.3)
+        assert 0.25 < time.monotonic() - began < 1.2
         assert client.open_connections == 0, "the half-read connection was closed"
 
 
 async def test_without_a_total_get_uses_its_longest_phase_as_one():
-    # The engine's fetch of /v1/models passes phases only: the longest (0.6 s) bounds the whole GET.
+    # The engine's fetch of /v1/models passes phases only: the longest (0.4 s) bounds the whole GET.
     head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
     body = b"1\r\nx\r\n" * 40
     async with raw_server(trickle(head, body, EVERY_S)) as port, HttpClient() as client:
         began = time.monotonic()
         with pytest.raises(ReadTimeout):
-            await client.get(f"http://127.0.0.1:{port}/", timeout=Timeout(connect=0.3, read=0.6, write=0.3, pool=0.3))
-        assert 0.5 < time.monotonic() - began < 1.6
+            await client.get(f"http://127.0.0.1:{port}/", timeout=Timeout(connect=0.2, read=0.4, write=0.2, pool=0.2))
+        assert 0.35 < time.monotonic() - began < 1.3
 
 
 async def test_a_trickled_models_list_does_not_hold_the_probe_loop():
     head = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n'
     async with raw_server(trickle(head, SLOW_BODY, EVERY_S)) as port, HttpClient() as client:
         began = time.monotonic()
-        ids, error = await fetch_models(client, endpoint(f"http://127.0.0.1:{port}/v1"), timeout_s=0.5)
-        assert time.monotonic() - began < 1.5
+        ids, error = await fetch_models(client, endpoint(f"http://127.0.0.1:{port}/v1"), timeout_s=0.3)
+        assert time.monotonic() - began < 1.2
     assert ids == () and error is not None and "read_timeout" in error, error
 
 
@@ -56,23 +56,23 @@ async def test_a_trickled_head_is_bounded_by_the_read_timeout():
         began = time.monotonic()
         with pytest.raises(ReadTimeout, match="response head"):
             # per-phase limits only: the head must still come within the read timeout as a whole
-            await client.stream("GET", f"http://127.0.0.1:{port}/", timeout=Timeout(1.0, 0.5, 1.0, 1.0))
-        assert 0.4 < time.monotonic() - began < 1.5
+            await client.stream("GET", f"http://127.0.0.1:{port}/", timeout=Timeout(1.0, 0.3, 1.0, 1.0))
+        assert 0.25 < time.monotonic() - began < 1.2
 
 
 async def test_a_streams_total_covers_its_body():
     head = b"HTTP/1.1 200 OK\r\nContent-Length: 200\r\n\r\n"
     async with raw_server(trickle(head, SLOW_BODY, EVERY_S)) as port, HttpClient() as client:
         began = time.monotonic()
-        response = await client.stream("GET", f"http://127.0.0.1:{port}/", timeout=Timeout(2.0, 2.0, 2.0, 2.0, total=0.5))
+        response = await client.stream("GET", f"http://127.0.0.1:{port}/", timeout=Timeout(2.0, 2.0, 2.0, 2.0, total=0.3))
         got = b""
-        with pytest.raises(ReadTimeout, match="limit of 0.5 s"):
+        with pytest.raises(ReadTimeout, match="limit of 0.3 s"):
             while data := await response.receive():
                 got += data
         assert 0 < len(got) < len(SLOW_BODY)
-        assert 0.4 < time.monotonic() - began < 1.5
+        assert 0.25 < time.monotonic() - began < 1.2
         # receive(timeout) bounds one wait, the total still the whole: a fresh stream with a patient reader
-        response = await client.stream("GET", f"http://127.0.0.1:{port}/", timeout=Timeout(2.0, 2.0, 2.0, 2.0, total=0.4))
+        response = await client.stream("GET", f"http://127.0.0.1:{port}/", timeout=Timeout(2.0, 2.0, 2.0, 2.0, total=0.2))
         with pytest.raises(ReadTimeout):
             await response.feed(lambda data, t: False, timeout=5.0)
 
@@ -82,13 +82,13 @@ async def test_read_within_keeps_what_came_of_a_trickled_error_body():
     async with raw_server(trickle(head, SLOW_BODY, EVERY_S)) as port, HttpClient() as client:
         response = await client.stream("GET", f"http://127.0.0.1:{port}/", timeout=Timeout(5.0, 5.0, 5.0, 5.0))
         began = time.monotonic()
-        body = await response.read(8192, truncate=True, within=0.3)
+        body = await response.read(8192, truncate=True, within=0.25)
         assert 0.2 < time.monotonic() - began < 1.0
         assert 0 < len(body) < len(SLOW_BODY) and set(body) == {ord("x")}
         assert client.open_connections == 0
         response = await client.stream("GET", f"http://127.0.0.1:{port}/", timeout=Timeout(5.0, 5.0, 5.0, 5.0))
         with pytest.raises(ReadTimeout):
-            await response.read(8192, within=0.2)  # without truncate, running out of time is an error
+            await response.read(8192, within=0.15)  # without truncate, running out of time is an error
 
 
 async def test_an_error_status_whose_body_trickles_keeps_its_status():
@@ -116,7 +116,7 @@ async def test_the_total_limit_counts_from_the_start_of_the_request():
     # A connect that takes long leaves less for the body: the total is one budget for all phases.
     async def slow_answer(reader, writer):
         await read_request(reader)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.2)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 200\r\n\r\n")
         for _ in range(200):
             writer.write(b"x")
@@ -126,5 +126,5 @@ async def test_the_total_limit_counts_from_the_start_of_the_request():
     async with raw_server(slow_answer) as port, HttpClient() as client:
         began = time.monotonic()
         with pytest.raises(ReadTimeout):
-            await client.get(f"http://127.0.0.1:{port}/", timeout=0.6)
-        assert 0.5 < time.monotonic() - began < 1.5
+            await client.get(f"http://127.0.0.1:{port}/", timeout=0.4)
+        assert 0.35 < time.monotonic() - began < 1.3
