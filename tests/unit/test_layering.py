@@ -16,6 +16,7 @@ HEADLESS_MODULES = [
     "lpxtop.engine.ports",
     "lpxtop.engine.alerts",
     "lpxtop.engine.discovery",
+    "lpxtop.engine.httpclient",
     "lpxtop.model",
     "lpxtop.assemble",
     "lpxtop.report",
