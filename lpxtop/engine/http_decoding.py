@@ -50,8 +50,7 @@ class ContentDecoder:
         self._seen += len(data)
         data = self._tail + data if self._tail else data
         self._tail = b""
-        if not data:
-            self.pending = False
+        if not data and not self.pending:
             return b""
         try:
             if self._probe is not None:
@@ -74,6 +73,7 @@ class ContentDecoder:
     def _inflate(self, data: bytes) -> bytes:
         outs: list[bytes] = []
         budget = min(self._step, self._left + 1)  # never 0: zlib reads max_length=0 as "no limit"
+        full = False  # the output filled the budget: zlib may owe more even with all input taken
         while True:
             inflater = self._inflater
             self._fed = True
@@ -82,6 +82,7 @@ class ContentDecoder:
                 raise DecodingError(f"the {self.coding} body decodes to more than {self._limit} bytes (a compression bomb?)")
             self._left -= len(out)
             budget -= len(out)
+            full = budget == 0 and not inflater.eof
             outs.append(out)
             self._tail = inflater.unconsumed_tail
             rest = inflater.unused_data if inflater.eof else b""
@@ -102,7 +103,7 @@ class ContentDecoder:
                 self._inflater = zlib.decompressobj(self._wbits)
                 self._fed = False
             break
-        self.pending = bool(self._tail)
+        self.pending = bool(self._tail) or full
         return b"".join(outs) if len(outs) > 1 else outs[0]
 
     def finish(self) -> bytes:
