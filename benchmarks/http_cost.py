@@ -11,11 +11,17 @@ loop records the longest gap between its turns: that gap is how late another end
 stamped while this body is decoded. Printed: CPU per MiB of body, the longest loop stall, and the
 ticker's p99 gap.
 
+Part `neighbour` (issue 19 item 6): the probe's timestamp error against the simulator's own record
+(|measured - true| TTFT and ITL, p50/p90/p99), alone and while a neighbour on the same client reads
+/metrics from a server that sends 2 MiB in one-byte chunks as fast as it can (each in its own
+process). The difference is what one response's parsing costs another endpoint's timestamps.
+
 Run from the repository root with the project's Python:
 
-  python benchmarks/http_cost.py                       # both parts
+  python benchmarks/http_cost.py                       # all parts
   python benchmarks/http_cost.py --part probe --probes 500 --rounds 3
   python benchmarks/http_cost.py --part decode --body-kib 256
+  python benchmarks/http_cost.py --part neighbour --probes 100
 
 Figures taken while other work loads the machine are noise: compare runs made back to back, and take
 final figures on a quiet machine.
@@ -176,9 +182,102 @@ def run_decode_part(body_kib: int) -> None:
               f"ticker p99 gap {p99:6.3f} ms")
 
 
+TRICKLER = r"""
+import socket, sys
+body = b"1\r\nx\r\n" * int(sys.argv[1]) + b"0\r\n\r\n"
+head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"
+listener = socket.create_server(("127.0.0.1", 0))
+print(listener.getsockname()[1], flush=True)
+while True:
+    conn, _ = listener.accept()
+    with conn:
+        try:
+            while conn.recv(65536):
+                conn.sendall(head)
+                for i in range(0, len(body), 4096):
+                    conn.sendall(body[i : i + 4096])
+        except OSError:
+            pass
+"""
+
+
+def truth(base: str, response_id: str) -> list[int]:
+    import json
+    import urllib.request
+
+    from lpxtop.sim.records import token_times_ns
+
+    with urllib.request.urlopen(f"{base}/sim/records/{response_id}", timeout=5) as answer:
+        return token_times_ns(json.loads(answer.read())["events"])
+
+
+async def neighbour_round(url: str, probes: int, trickle_url: str | None) -> tuple[list[float], list[float]]:
+    """|TTFT error| and |ITL error| (ms) of `probes` sequential probes, with the neighbour when given."""
+    endpoint = EndpointConfig(name="bench", url=url, model=MODEL, max_tokens=16, timeout_s=10.0,
+                              first_token_timeout_s=5.0, connect_timeout_s=2.0)
+    base = url.removesuffix("/v1")
+    samples = []
+    async with HttpClient(timeout=60.0) as client:
+        await run_probe(client, endpoint)
+
+        async def neighbour() -> None:
+            while True:
+                await client.get(trickle_url, max_bytes=64 << 20)
+
+        task = asyncio.ensure_future(neighbour()) if trickle_url else None
+        try:
+            if task is not None:
+                await asyncio.sleep(0.2)
+            for _ in range(probes):
+                samples.append(await run_probe(client, endpoint))
+                await asyncio.sleep(0.02)
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+    ttft, itl = [], []
+    for s in samples:
+        if not s.ok:
+            continue
+        times = truth(base, s.response_id)
+        if len(times) != len(s.token_event_ms):
+            continue
+        ttft.append(abs(s.ttft_ms - (times[0] - s.start_ns) / 1e6))
+        gaps = [(b - a) / 1e6 for a, b in zip(times, times[1:])]
+        itl += [abs(m - t) for m, t in zip(s.itl_ms, gaps)]
+    return ttft, itl
+
+
+def run_neighbour_part(probes: int, rounds: int) -> None:
+    def q(values: list[float], p: float) -> float:
+        values = sorted(values)
+        return values[min(len(values) - 1, int(p * len(values)))] if values else float("nan")
+
+    with fast_sim() as url, tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen([sys.executable, "-c", TRICKLER, str(2 << 20)], stdout=subprocess.PIPE,
+                                stderr=log, stdin=subprocess.DEVNULL)
+        try:
+            port = int(proc.stdout.readline())  # type: ignore[union-attr]
+            trickle_url = f"http://127.0.0.1:{port}/metrics"
+            alone: tuple[list[float], list[float]] = ([], [])
+            busy: tuple[list[float], list[float]] = ([], [])
+            for _ in range(rounds):  # interleaved: a change in the machine's load hits both alike
+                for into, neighbour in ((alone, None), (busy, trickle_url)):
+                    ttft, itl = asyncio.run(neighbour_round(url, probes, neighbour))
+                    into[0].extend(ttft)
+                    into[1].extend(itl)
+        finally:
+            stop_process(proc)
+    print(f"|probe stamp error| against the sim's record, {rounds} x {probes} probes each way (ms)")
+    for name, (ttft, itl) in (("alone", alone), ("neighbour in 1-byte chunks", busy)):
+        print(f"  {name:27s} TTFT p50 {q(ttft, 0.5):6.3f} p90 {q(ttft, 0.9):6.3f} p99 {q(ttft, 0.99):6.3f}   "
+              f"ITL p50 {q(itl, 0.5):6.3f} p90 {q(itl, 0.9):6.3f} p99 {q(itl, 0.99):6.3f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=("probe", "decode", "all"), default="all")
+    parser.add_argument("--part", choices=("probe", "decode", "neighbour", "all"), default="all")
     parser.add_argument("--probes", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--body-kib", type=int, default=256)
@@ -187,6 +286,8 @@ def main() -> int:
         run_probe_part(args.probes, args.rounds)
     if args.part in ("decode", "all"):
         run_decode_part(args.body_kib)
+    if args.part in ("neighbour", "all"):
+        run_neighbour_part(min(args.probes, 100), args.rounds)
     return 0
 
 
