@@ -67,12 +67,21 @@ async def decode_cpu_s(body_bytes: int) -> float:
     return took
 
 
-async def test_decoding_is_linear_however_the_body_is_chunked():
-    """Before: the pieces of one read were joined one by one, so a read of n one-byte chunks cost n^2."""
-    small, large = 16 * 1024, 128 * 1024
+async def check_linear(small: int, large: int) -> None:
     per_byte_small = min([await decode_cpu_s(small) for _ in range(2)]) / small
-    per_byte_large = min([await decode_cpu_s(large) for _ in range(2)]) / large
-    assert per_byte_large < 2.5 * per_byte_small, (per_byte_small * 1e6, per_byte_large * 1e6)
+    per_byte_large = await decode_cpu_s(large) / large
+    assert per_byte_large < 1.5 * per_byte_small, (per_byte_small * 1e6, per_byte_large * 1e6)
+
+
+async def test_decoding_is_linear_however_the_body_is_chunked():
+    """Before: the pieces of one read were joined one by one, so a read of n one-byte chunks cost n^2.
+    CPU per body byte, now 1.1 µs at any size; then 1.4 µs at 16 KiB, 2.3 at 256 KiB, 3.8 at 512 KiB."""
+    await check_linear(16 * 1024, 256 * 1024)
+
+
+@pytest.mark.slow
+async def test_decoding_is_linear_however_the_body_is_chunked_long():
+    await check_linear(64 * 1024, 1024 * 1024)
 
 
 async def read_with_a_ticker(response: httpclient.Response, use_feed: bool) -> tuple[list[tuple[bytes, int]], int]:
@@ -126,13 +135,14 @@ async def test_waiting_for_lpxtops_own_pool_is_not_the_servers_time():
             await asyncio.sleep(0.05)
             began = time.perf_counter_ns()
             sample = await run_probe(client, endpoint(sim.url, model="m"))
+            took_ms = (time.perf_counter_ns() - began) / 1e6
             await busy
-            waited_ms = (sample.start_ns - began) / 1e6
+            assert sample.ok, sample.error_text
+            ttft_err, _ = fidelity_errors([sample], sim.server)
+            assert took_ms > 200, "the probe did wait for the pool"
+            assert abs(ttft_err[0]) < 20, f"TTFT off by {ttft_err[0]:.1f} ms: the pool wait was counted"
+            # the wait is recorded, so it can be shown
             assert client.pool_waits == 1 and client.pool_wait_ns > 150e6
-        assert sample.ok, sample.error_text
-        ttft_err, _ = fidelity_errors([sample], sim.server)
-    assert waited_ms > 150, "the probe did wait for the pool"
-    assert abs(ttft_err[0]) < 20, f"TTFT off by {ttft_err[0]:.1f} ms: the pool wait was counted"
 
 
 # --- the fidelity test of issue 19 item 6 ----------------------------------------------------------------
