@@ -8,8 +8,11 @@ import sys
 
 from lpxtop.engine.httpclient import (
     ConnectError,
+    DecodingError,
     InvalidURL,
+    ProxyError,
     ReadError,
+    RedirectError,
     RemoteProtocolError,
     UnsupportedProtocol,
     WriteError,
@@ -17,15 +20,18 @@ from lpxtop.engine.httpclient import (
 
 
 def http_error_kind(status: int) -> str:
-    """The class of a status other than 200: a redirect left unfollowed and an unexpected 1xx/2xx (204 No
-    Content, 202 Accepted...) are not client errors, so they are not called `http_4xx`."""
+    """The error class of a final status the caller cannot use. Every status keeps its own number in the
+    sample; the class says what to do: auth (401/403), path or model (404), rate (429), other client
+    errors, server errors, a redirect that was not followed (3xx), or a status that is no error and
+    no answer either (a 2xx other than the one expected, a number beyond 599; the client itself skips
+    interim 1xx answers and refuses a 101 it did not ask for)."""
     if status in (401, 403, 404, 429):
         return f"http_{status}"
-    if status >= 500:
+    if 500 <= status <= 599:
         return "http_5xx"
-    if status >= 400:
+    if 400 <= status <= 499:
         return "http_4xx"
-    if status >= 300:
+    if 300 <= status <= 399:
         return "http_3xx"
     return "http_other"
 
@@ -42,6 +48,15 @@ def classify_exception(exc: BaseException, *, started_stream: bool) -> tuple[str
     """(kind, message) for an exception raised while connecting or reading."""
     # ssl is imported by whoever made a TLS connection (asyncio, the client's https path): if it is not
     # loaded, no exception can be an ssl one.
+    for link in _chain(exc):
+        if isinstance(link, RedirectError):
+            return "http_3xx", str(link)
+        if isinstance(link, ProxyError):  # the proxy's own failure: its message names the proxy
+            if link.status_code is not None:
+                return http_error_kind(link.status_code), str(link)
+            cause = link.__cause__
+            kind = classify_exception(cause, started_stream=False)[0] if cause is not None else "refused"
+            return (kind if kind in ("refused", "dns", "tls") else "refused"), str(link)
     ssl = sys.modules.get("ssl")
     for link in _chain(exc):
         if ssl is not None and isinstance(link, ssl.SSLError | ssl.CertificateError):
@@ -60,6 +75,8 @@ def classify_exception(exc: BaseException, *, started_stream: bool) -> tuple[str
         if "refused" in lowered or "errno 111" in lowered:
             return "refused", "connection refused: nothing listens on that port"
         return "refused", f"could not connect: {text}"
+    if isinstance(exc, DecodingError):
+        return "other", f"the server's body could not be decoded: {text}"
     if isinstance(exc, RemoteProtocolError | ReadError | WriteError | ConnectionError):
         where = "mid-stream" if started_stream else "before answering"
         return "stream_cut", f"the server closed the connection {where}: {text}"

@@ -169,7 +169,7 @@ async def run_probe(
         return _sample(endpoint, m, status, kind, msg)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a classified sample
         kind, msg = classify_exception(exc, started_stream=m.first_event_ns is not None or status is not None)
-        return _sample(endpoint, m, status, kind, msg)
+        return _sample(endpoint, m, status or getattr(exc, "status_code", None), kind, msg)
     finally:
         watchdog.disarm()
 
@@ -242,6 +242,7 @@ async def _stream(client: HttpClient, body: dict, endpoint: EndpointConfig, m: _
         ),
         on_connect=connected,
     )
+    m.start_ns = response.start_ns  # after any wait for lpxtop's own pool, and the attempt that succeeded
     try:
         if response.status_code != 200:
             # The status is the finding: from here on only the error body's own short bound applies.

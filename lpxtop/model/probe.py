@@ -132,8 +132,8 @@ ERROR_KINDS = (
     "http_429",
     "http_4xx",
     "http_5xx",
-    "http_3xx",  # a redirect that was not followed
-    "http_other",  # a 1xx or 2xx other than 200 (204 No Content, 202 Accepted...)
+    "http_3xx",  # a redirect not followed (a POST moved by 301/302/303, a loop, too many hops)
+    "http_other",  # a final status that is neither the answer nor an error (another 2xx, > 599)
     "stream_cut",
     "bad_json",
     "error_event",

@@ -237,7 +237,6 @@ async def test_arrival_time_is_the_read_that_brought_the_bytes():
         (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok", b"ok", False),
         (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", b"ok", False),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok", b"ok", True),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\nok\n0\n\n", b"ok", True),
         (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", b"ok", True),
         (b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok", b"ok", True),
     ],
@@ -285,6 +284,8 @@ async def test_a_response_with_bytes_beyond_its_length_is_not_reused():
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", RemoteProtocolError),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\nok\r\n0\r\n\r\n", RemoteProtocolError),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokay\r\n0\r\n\r\n", RemoteProtocolError),
+        # CRLF is required in the chunked framing, as by h11 (test_http_differential.py holds us to it)
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\nok\n0\n\n", RemoteProtocolError),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1" * 2000, RemoteProtocolError),
         (b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n", RemoteProtocolError),
         (b"HTTP/1.1 200 OK\r\nX: y\r\n" * 1 + b"X: y\r\n" * 300 + b"\r\n", RemoteProtocolError),
@@ -725,7 +726,8 @@ async def test_feed_times_out_only_when_no_bytes_come_for_the_read_timeout():
             await asyncio.sleep(0.1)
         await reader.read()
 
-    async with raw_server(trickle_then_stall) as port, HttpClient(timeout=0.3) as client:
+    # Per-read limits only: a plain number would also bound the whole request (Timeout.total).
+    async with raw_server(trickle_then_stall) as port, HttpClient(timeout=Timeout(0.3, 0.3, 0.3, 0.3)) as client:
         response = await client.stream("GET", f"http://127.0.0.1:{port}/")
         pieces: list[tuple[bytes, int]] = []
         began = time.monotonic()

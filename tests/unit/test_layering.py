@@ -18,6 +18,7 @@ HEADLESS_MODULES = [
     "lpxtop.engine.discovery",
     "lpxtop.engine.schedule",
     "lpxtop.jsonout",
+    "lpxtop.engine.httpclient",
     "lpxtop.model",
     "lpxtop.assemble",
     "lpxtop.report",
