@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 Buckets = tuple[tuple[float, float], ...]
 
@@ -74,6 +75,77 @@ def histogram_quantile(q: float, buckets: Buckets | None) -> float | None:
     if in_bucket <= 0:
         return bounds[i]
     return lower + (bounds[i] - lower) * (rank - below) / in_bucket
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A quantile estimated from buckets: `value`, and the range [`low`, `high`] the true quantile is in.
+
+    `high` is None when nothing bounds it from above (the rank falls in the ``+Inf`` bucket and the sum
+    is unknown).
+    """
+
+    value: float
+    low: float
+    high: float | None
+
+
+def estimate_quantile(q: float, buckets: Buckets | None, total: float | None = None) -> Estimate | None:
+    """The q-quantile of non-negative observations, from cumulative buckets and (if known) their sum.
+
+    The quantile is the r-th smallest observation, r = ceil(q * n). It lies in the bucket that holds that
+    observation (never in an empty region), and the sum bounds it further: the observations at or above
+    rank r are each at least the quantile and every other one at least its bucket's lower edge, so
+    ``quantile <= (sum - lower edges of the rest) / (n - r + 1)`` — tighter than Markov's mean / (1 - q),
+    which it implies. Symmetrically with the upper edges from below. A window of an idle vLLM whose 16
+    queue times (0.28 ms in all) sit in the 0–300 ms bucket has its median bounded by 0.03 ms, where the
+    bucket alone says 150 ms.
+
+    `value` is Prometheus' ``histogram_quantile`` (linear interpolation inside the bucket, the highest
+    finite bound for a rank in ``+Inf``) clamped into that range. A sum that contradicts the buckets (a
+    scrape read while an observation was being recorded) is not used. None without observations.
+    """
+    if not buckets or not 0.0 <= q <= 1.0 or not math.isinf(buckets[-1][0]) or len(buckets) < 2:
+        return None
+    bounds, counts = _monotonic(buckets)
+    n = counts[-1]
+    if n <= 0:
+        return None
+    lows = [0.0 if bounds[0] > 0 else bounds[0], *bounds[:-1]]
+    rank = min(n, max(1.0, math.ceil(q * n - 1e-9)))
+    i = next(i for i, c in enumerate(counts) if c >= rank)
+    low, high = lows[i], bounds[i]
+    interpolated = histogram_quantile(q, buckets)
+    value = low if interpolated is None else interpolated
+    if total is not None and math.isfinite(total) and lows[0] >= 0.0:
+        below_bucket = counts[i - 1] if i > 0 else 0.0
+        in_bucket_below = rank - 1 - below_bucket  # observations of this bucket under the rank
+        in_bucket_above = counts[i] - rank  # and over it
+        lower_rest = upper_rest = 0.0
+        before = 0.0
+        for j, c in enumerate(counts):
+            k = c - before
+            before = c
+            if j != i and k > 0:
+                lower_rest += k * lows[j]
+                upper_rest += k * bounds[j]
+        sum_high = (total - lower_rest - in_bucket_below * low) / (counts[i] - rank + 1)
+        sum_low = (total - upper_rest - in_bucket_above * high) / (in_bucket_below + 1)
+        tight_low, tight_high = max(low, sum_low), min(high, sum_high)
+        slack = 1e-9 * max(1.0, abs(total))
+        if tight_low <= tight_high + slack:  # else: a torn scrape; the buckets alone stand
+            low, high = tight_low, max(tight_low, tight_high)
+    value = min(max(value, low), high)
+    return Estimate(value, low, None if math.isinf(high) else high)
+
+
+def observation_bounds(buckets: Buckets | None, total: float | None = None) -> tuple[float, float | None] | None:
+    """(at least, at most): bounds on the smallest and the largest observation (at most None: unbounded)."""
+    smallest = estimate_quantile(0.0, buckets, total)
+    largest = estimate_quantile(1.0, buckets, total)
+    if smallest is None or largest is None:
+        return None
+    return smallest.low, largest.high
 
 
 def _monotonic(buckets: Sequence[tuple[float, float]]) -> tuple[list[float], list[float]]:

@@ -28,7 +28,7 @@ import re
 from prometheus_client.parser import text_string_to_metric_families
 
 from lpxtop.engine.metric_names import belongs, keep_families, sample_name
-from lpxtop.engine.server_exposition import Exposition, Point
+from lpxtop.engine.server_exposition import Exposition, Point, as_float
 
 # Remembered "is this metric name one lpxtop reads" answers; a page with more names than this (a
 # server with unbounded metric names) starts the memo over instead of growing it.
@@ -76,21 +76,26 @@ class ReParser:
         # other comment line goes to the loop, which reads it as before.
         candidates = [
             line
-            for line in text.splitlines()
-            if line[:size] in heads or (line[:1] == "#" and not (line.startswith(_USUAL) and line[7:8].strip()))
+            for line in text.split("\n")
+            if line[:size] in heads
+            or (line[:1] == "#" and not (line.startswith(_USUAL) and line[7:8].strip()))
+            or line[:1].isspace()
         ]
         for line in candidates:
+            line = line.strip()  # as prometheus_client (and the text format) reads a line
             if line.startswith("#"):
                 parts = line.split(None, 3)
                 if len(parts) < 3 or parts[1] not in ("HELP", "TYPE") or not self._kept(parts[2], histograms):
                     continue
                 if parts[1] == "TYPE" and len(parts) < 4:
                     return self._whole(text, histograms)  # prometheus_client rejects it: let it say why
+                if not _plain_comment(line, parts[2]):
+                    return self._whole(text, histograms)  # its words split otherwise there: let it read them
                 if parts[2] != name:
                     name, typ, family_count = parts[2], "untyped", family_count + 1
                     allowed = (name,)
                 if parts[1] == "TYPE":
-                    typ = parts[3].strip()
+                    typ = parts[3]
                     allowed = tuple(name + s for s in _ALLOWED_SUFFIXES.get(typ, ("",)))
                 continue
             sample = _sample_name(line).group()
@@ -143,6 +148,16 @@ class ReParser:
 
 
 _USUAL = ("# HELP ", "# TYPE ")
+# Characters Python's str.split() takes for blanks and prometheus_client's comment splitting does not
+# (it splits on ASCII blanks only), and the quote it reads names in: a kept HELP/TYPE line with one of
+# them before its name's end is left to prometheus_client.
+_UNUSUAL_BLANKS = re.compile(r'["\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]')
+
+
+def _plain_comment(line: str, name: str) -> bool:
+    """A HELP/TYPE line whose first words str.split() finds as prometheus_client does: no quote and no
+    other blank than ASCII ones up to the name's end (what follows is the help text or the type, whole)."""
+    return _UNUSUAL_BLANKS.search(line, 0, line.find(name) + len(name) + 1) is None
 
 
 def _heads(families: frozenset[str]) -> tuple[int, frozenset[str]]:
@@ -229,7 +244,7 @@ def _parse_with_prometheus_client(keys: list[tuple[str, bool]]) -> list[Parsed] 
     try:
         for family in text_string_to_metric_families(text + "\n"):
             for s in family.samples:
-                value = float(s.value)
+                value = as_float(s.value)
                 if math.isnan(value):
                     out.append(None)
                     continue
