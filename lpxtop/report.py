@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lpxtop.model.probe import Percentiles
-from lpxtop.model.snapshot import Snapshot
+from lpxtop.model.snapshot import EndpointView, Snapshot
 
 
 def exit_status(snapshot: Snapshot) -> int:
@@ -54,6 +54,10 @@ def render_table(snapshot: Snapshot) -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     lines.append("latency in ms; TOK/S is the decode rate one stream sees, (N-1)/(E2E-TTFT)")
     for e in snapshot.endpoints:
+        server_line = _server_latency_line(e)
+        if server_line:
+            lines.append(server_line)
+    for e in snapshot.endpoints:
         if e.last_error:
             lines.append(f"{e.name}: last error: {e.last_error}")
         if e.server is not None and e.server.status != "ok":
@@ -65,6 +69,34 @@ def render_table(snapshot: Snapshot) -> str:
     for alert in snapshot.alerts:
         lines.append(f"{alert.severity.upper()}: {alert.message}")
     return "\n".join(lines)
+
+
+def _server_ms(value: float | None) -> str:
+    return "--" if value is None else (f"{value:.0f}" if value >= 100 else f"{value:.2g}" if value < 1 else f"{value:.1f}")
+
+
+def _server_latency_line(e: EndpointView) -> str | None:
+    """The server's own TTFT and queue time (exact means, `~` estimated quantiles with their ranges) and
+    the time outside the engine with its method, or why it is not shown."""
+    server = e.server
+    if server is None or not server.ok:
+        return None
+    parts = []
+    for label, latency in (("TTFT", server.server_ttft_ms), ("queue", server.server_queue_ms)):
+        if latency is None or not latency.count:
+            continue
+        text = f"{label} mean {_server_ms(latency.mean)}"
+        if latency.p99 is not None:
+            high = latency.p99_range[1] if latency.p99_range else None
+            text += f" p99 ~{_server_ms(latency.p99)} (<= {_server_ms(high)})"
+        parts.append(text)
+    gap = e.ttft_gap
+    if gap.value_ms is not None:
+        how = "estimate" if gap.estimate else "exact"
+        parts.append(f"outside engine {'~' if gap.estimate else ''}{gap.value_ms:+.1f} ({how}, {gap.probes} probes)")
+    elif parts:
+        parts.append(f"outside engine --: {gap.reason}")
+    return f"{e.name}: server {', '.join(parts)}" if parts else None
 
 
 def _gpu_line(snapshot: Snapshot) -> str:

@@ -12,7 +12,6 @@ from lpxtop.engine.metric_names import BY_KIND, VLLM
 from lpxtop.engine.server_exposition import Exposition, NotPrometheusText
 from lpxtop.engine.server_histograms import bucket_delta, histogram_quantile, merge
 from lpxtop.engine.server_tracker import MetricsTracker
-from lpxtop.engine.servers import time_outside_engine_ms
 from lpxtop.model.server import ServerLatency, ServerMetrics
 
 INF = math.inf
@@ -279,17 +278,6 @@ def test_spec_decode_acceptance() -> None:
     m = update(tracker, body(300, 200), now=2.0)
     assert m.spec_decode_acceptance_rate == pytest.approx(0.75)  # 150 / 200
     assert VLLM.spec_drafted  # the table names it
-
-
-def test_time_outside_engine() -> None:
-    server = ServerMetrics(kind="vllm", server_ttft_ms=ServerLatency(p50=10.0, p99=20.0, count=5))
-    assert time_outside_engine_ms(50.0, server) == pytest.approx(40.0)
-    assert time_outside_engine_ms(5.0, server) == 0.0  # bucket resolution, not a negative time
-    assert time_outside_engine_ms(None, server) is None
-    assert time_outside_engine_ms(50.0, None) is None
-    assert time_outside_engine_ms(50.0, ServerMetrics(kind="tgi")) is None
-    idle = ServerMetrics(kind="vllm", server_ttft_ms=ServerLatency(p50=None, p99=None, count=0))
-    assert time_outside_engine_ms(50.0, idle) is None
 
 
 def test_history_stays_thin_and_the_window_still_slides() -> None:
