@@ -49,6 +49,8 @@ class Reading:
     # (asked, answered) in perf_counter_ns for the scrape whose histograms `hists` holds, when known
     hist_ns: tuple[int, int] | None = None
     notes: list[str] = field(default_factory=list)
+    # counter roles with a value that was no count in this scrape: no delta to or from it
+    spoiled: set[str] = field(default_factory=set)
 
 
 class MetricsTracker:
@@ -201,7 +203,8 @@ def _spelled(value: float) -> str:
 
 def _counter_series(
     expo: Exposition, names: KindNames, alts: tuple[Ref, ...], notes: list[str]
-) -> dict[SeriesKey, float]:
+) -> dict[SeriesKey, float] | None:
+    """The counter's value per series; None when one of them is no count (its deltas would be wrong)."""
     found = expo.first(alts)
     if found is None:
         return {}
@@ -209,7 +212,7 @@ def _counter_series(
     out: dict[SeriesKey, float] = {}
     for p in points:
         if _bad_value(r.name, p.value, "count", notes):
-            continue
+            return None
         key = (_model_of(p, names), "", _rest(p, names, (k for k, _ in r.match)))
         out[key] = out.get(key, 0.0) + p.value
     return out
@@ -223,18 +226,21 @@ def _read(expo: Exposition, names: KindNames, now: float) -> Reading:
                      "as in Prometheus")
     for role in COUNTER_ROLES:
         series = _counter_series(expo, names, getattr(names, role), notes)
-        if series:
+        if series is None:
+            reading.spoiled.add(role)
+        elif series:
             reading.counters[role] = series
     outcomes: dict[SeriesKey, float] = {}
     for oc in names.outcomes:
         for p in expo.lookup(Ref(oc.name)):
             if _bad_value(oc.name, p.value, "count", notes):
+                reading.spoiled.add("outcome")
                 continue
             reason = p.label(oc.reason_label) if oc.reason_label else None
             key_name = oc.key + reason if reason is not None else oc.key
             key = (_model_of(p, names), key_name or "finished", _rest(p, names, [oc.reason_label or ""]))
             outcomes[key] = outcomes.get(key, 0.0) + p.value
-    if outcomes:
+    if outcomes and "outcome" not in reading.spoiled:
         reading.counters["outcome"] = outcomes
     for role in HIST_ROLES:
         hist: Hist | None = getattr(names, role)
@@ -291,9 +297,10 @@ def _went_down(old: Reading, new: Reading) -> bool:
 
 
 def _delta(new: Reading, old: Reading, role: str) -> dict[SeriesKey, float] | None:
-    """Per-series growth of a counter role between two readings; None if the server lacks it."""
+    """Per-series growth of a counter role between two readings; None if the server lacks it, or one of
+    the two readings had a value that was no count (a series missing from `old` started from zero)."""
     series = new.counters.get(role)
-    if series is None:
+    if series is None or role in old.spoiled:
         return None
     before = old.counters.get(role, {})
     return {k: max(0.0, v - before.get(k, 0.0)) for k, v in series.items()}
