@@ -298,7 +298,7 @@ def keep_families(text: str, families: frozenset[str]) -> str:
     format says so, and prometheus_client strips them): a kept line is kept stripped.
     """
     kept: list[str] = []
-    for line in text.splitlines():
+    for line in text.split("\n"):  # prometheus_client's lines: \x0b, \x1c, \u2028 ... do not end one
         line = line.strip()
         if line.startswith("#"):
             parts = line.split(None, 3)

@@ -154,7 +154,7 @@ def as_float(value: float | int) -> float:
     try:
         return float(value)
     except OverflowError:
-        return math.copysign(math.inf, value)
+        return math.inf if value > 0 else -math.inf
 
 
 def short_reason(e: BaseException, limit: int = 80) -> str:

@@ -96,6 +96,8 @@ class ReParser:
                     allowed = (name,)
                 if parts[1] == "TYPE":
                     typ = parts[3]
+                    if typ not in _ALLOWED_SUFFIXES and typ != "untyped":
+                        return self._whole(text, histograms)  # prometheus_client's to accept or refuse
                     allowed = tuple(name + s for s in _ALLOWED_SUFFIXES.get(typ, ("",)))
                 continue
             sample = _sample_name(line).group()
