@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from lpxtop.engine.metric_names import PROCESS_START, Hist, KindNames, Ref
 from lpxtop.engine.server_exposition import Exposition, Labels, Point
-from lpxtop.engine.server_histograms import Buckets, bucket_delta, estimate_quantile, merge, observations
+from lpxtop.engine.server_histograms import Buckets, bucket_delta, estimate_quantiles, merge, observations
 from lpxtop.model.server import ModelServerMetrics, ServerLatency, ServerMetrics, TtftInterval
 
 # (model, outcome key, the remaining labels: engine, tp_rank, ...)
@@ -64,6 +64,9 @@ class MetricsTracker:
         self.last_restart_time: float | None = None  # wall clock
         self._histograms_t: float | None = None  # when histograms were last read (monotonic)
         self._latency_memo: dict[str, tuple[tuple[object, ...], ServerLatency | None]] = {}
+        # TtftInterval per pair of successive histogram reads, by their objects: a pair's interval never
+        # changes, and most scrapes add no read (rebuilt from the pairs in the window, so it stays small)
+        self._interval_memo: dict[tuple[int, int], tuple[Reading, Reading, TtftInterval]] = {}
 
     def reset_history(self) -> None:
         """Forget past scrapes (e.g. the endpoint now points at another server)."""
@@ -144,19 +147,28 @@ class MetricsTracker:
         if hist is None:
             return ()
         out: list[TtftInterval] = []
+        memo: dict[tuple[int, int], tuple[Reading, Reading, TtftInterval]] = {}
         before: Reading | None = None
         for r in self._history:
             if before is not None and r.hists is before.hists:
                 continue  # a scrape that carried the last read's histograms: the same read
             if before is not None and before.hist_ns is not None and r.hist_ns is not None:
-                count, total = _growth("ttft", r, before)
-                out.append(TtftInterval(
-                    start_ns=before.hist_ns[1],
-                    end_ns=r.hist_ns[0],
-                    count=count,
-                    sum_ms=None if total is None else total * hist.to_ms,
-                ))
+                key = (id(before.hists), id(r.hists))
+                known = self._interval_memo.get(key)
+                if known is not None and known[0] is before and known[1] is r:
+                    interval = known[2]
+                else:
+                    count, total = _growth("ttft", r, before)
+                    interval = TtftInterval(
+                        start_ns=before.hist_ns[1],
+                        end_ns=r.hist_ns[0],
+                        count=count,
+                        sum_ms=None if total is None else total * hist.to_ms,
+                    )
+                memo[key] = (before, r, interval)
+                out.append(interval)
             before = r
+        self._interval_memo = memo
         return tuple(out)
 
     def restarted_recently(self, now: float) -> bool:
@@ -382,8 +394,7 @@ def _latency(role: str, hist: Hist | None, new: Reading, base: Reading | None) -
     def ms(x: float | None) -> float | None:
         return None if x is None else x * to_ms
 
-    p50, p99 = estimate_quantile(0.50, merged, total), estimate_quantile(0.99, merged, total)
-    smallest, largest = estimate_quantile(0.0, merged, total), estimate_quantile(1.0, merged, total)
+    p50, p99, smallest, largest = estimate_quantiles((0.50, 0.99, 0.0, 1.0), merged, total)
     return ServerLatency(
         p50=ms(p50.value) if p50 else None,
         p99=ms(p99.value) if p99 else None,

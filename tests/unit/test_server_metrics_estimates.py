@@ -125,8 +125,12 @@ def test_rank_in_the_inf_bucket() -> None:
     buckets = ((0.1, 0.0), (0.5, 1.0), (INF, 10.0))
     est = estimate_quantile(0.99, buckets, None)
     assert est is not None and (est.value, est.low, est.high) == (0.5, 0.5, None)  # unbounded above
-    est = estimate_quantile(0.99, buckets, 30.0)  # the sum bounds it: 30 - 0.1 (one at 0.1 at least) ... / 1
-    assert est is not None and est.value == 0.5 and est.high == pytest.approx(30.0 - 0.1 - 8 * 0.5)
+    # With the sum (30): the slowest is at most 30 - 0.1 (the one in (0.1, 0.5]) - 8 * 0.5 (the other eight
+    # above 0.5) = 25.9, and at least the mean of the nine above 0.5 once the other one is at its top,
+    # (30 - 0.5) / 9 = 3.28: above the last finite bound, where the +Inf bucket's observations are.
+    est = estimate_quantile(0.99, buckets, 30.0)
+    assert est is not None and est.high == pytest.approx(30.0 - 0.1 - 8 * 0.5)
+    assert est.value == est.low == pytest.approx(29.5 / 9)
 
 
 def test_a_sum_that_contradicts_the_buckets_is_not_used() -> None:
