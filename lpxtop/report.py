@@ -88,7 +88,10 @@ def _server_latency_line(e: EndpointView) -> str | None:
         text = f"{label} mean {_server_ms(latency.mean)}"
         if latency.p99 is not None:
             high = latency.p99_range[1] if latency.p99_range else None
-            text += f" p99 ~{_server_ms(latency.p99)} (<= {_server_ms(high)})"
+            if high is not None and latency.p99 >= high:
+                text += f" p99 <= {_server_ms(high)}"  # the estimate is the most it can be
+            else:
+                text += f" p99 ~{_server_ms(latency.p99)}" + (f" (<= {_server_ms(high)})" if high is not None else "")
         parts.append(text)
     gap = e.ttft_gap
     if gap.value_ms is not None:

@@ -200,3 +200,15 @@ def test_json_of_a_snapshot_carries_the_gap_under_server() -> None:
     assert ttft["estimate"] is True and ttft["mean"] == pytest.approx(10.0)
     # one observation, in (5, 10] ms, and the sum says which: 10 ms exactly
     assert ttft["p50_range"] == [10.0, 10.0] and ttft["max_at_most"] == 10.0
+
+
+def test_once_table_says_which_figures_are_exact() -> None:
+    from lpxtop.report import render_table
+    from tests.snapshot_data import fixed_snapshot
+
+    text = render_table(fixed_snapshot())
+    # vllm-llama's server: TTFT mean 110.6 (exact), p99 117.9 within (111, 118]; the gap an estimate
+    line = next(line for line in text.splitlines() if line.startswith("vllm-llama: server"))
+    assert "TTFT mean 111 p99 ~118 (<= 118)" in line
+    assert "outside engine ~+35.3 (estimate, 30 probes)" in line
+    assert "queue mean 0.012" in line
