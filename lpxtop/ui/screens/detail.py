@@ -77,6 +77,7 @@ class DetailScreen(Screen):
         self._errors_key: tuple | None = None
         self._settings_key: object = None
         self._server_key: object = None
+        self._mounted = False  # the app's poll can hand a snapshot over before on_mount made the tables
         self._charts_drawn_at = float("-inf")
 
     def compose(self) -> ComposeResult:
@@ -99,8 +100,10 @@ class DetailScreen(Screen):
         table.add_column("Class", key="class", width=20)
         table.add_column("HTTP", key="http", width=4)
         table.add_column("Message", key="message")
+        self._mounted = True
         self.set_class(self.size.width >= WIDE, "-wide")
-        snap = getattr(self.app, "snapshot", None)
+        snap = self._snap if self._snap is not None else getattr(self.app, "snapshot", None)
+        self._snap = None  # one handed over before now was kept, not drawn
         if snap is not None:
             self.show_snapshot(snap)
 
@@ -117,7 +120,8 @@ class DetailScreen(Screen):
         if self._snap is not None and (snap is self._snap or (snap.seq == self._snap.seq and snap.seq != 0)):
             return
         self._snap = snap
-        self.rerender()
+        if self._mounted:
+            self.rerender()
 
     def rerender(self, force: bool = False) -> None:
         snap = self._snap
