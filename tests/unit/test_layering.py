@@ -17,6 +17,7 @@ HEADLESS_MODULES = [
     "lpxtop.engine.alerts",
     "lpxtop.engine.discovery",
     "lpxtop.model",
+    "lpxtop.model.server_gap",
     "lpxtop.assemble",
     "lpxtop.report",
     "lpxtop.cli",
