@@ -77,8 +77,10 @@ def ttft_gap(samples: Sequence[Sample], server: ServerMetrics | None) -> TtftGap
     if latency is None:
         return TtftGap(None, reason=f"{server.kind} has no TTFT histogram")
     intervals = [iv for iv in server.ttft_intervals if iv.end_ns > iv.start_ns]
+    # (start, first token, TTFT, lpxtop itself was late): a probe whose own process was held up (the
+    # engine's loop or thread late, `client_limited`) has lpxtop's delay in its TTFT, not the network's
     probes = sorted(
-        (s.start_ns, s.start_ns + int(s.ttft_ms * 1e6), s.ttft_ms)
+        (s.start_ns, s.start_ns + int(s.ttft_ms * 1e6), s.ttft_ms, bool(getattr(s, "client_limited", False)))
         for s in samples
         if s.ok and s.ttft_ms is not None and math.isfinite(s.ttft_ms)
     )
@@ -92,12 +94,13 @@ def ttft_gap(samples: Sequence[Sample], server: ServerMetrics | None) -> TtftGap
         if iv.count is None or iv.sum_ms is None or iv.count < 0.5:
             continue
         at = bisect.bisect_left(starts, iv.start_ns)
-        inside = []
+        inside, late = [], False
         while at < len(probes) and probes[at][0] <= iv.end_ns:
             if probes[at][1] <= iv.end_ns:
                 inside.append(probes[at][2])
+                late = late or probes[at][3]
             at += 1
-        if inside and abs(len(inside) - iv.count) < 0.5:
+        if inside and not late and abs(len(inside) - iv.count) < 0.5:
             n += len(inside)
             client_ms += math.fsum(inside)
             server_ms += iv.sum_ms
@@ -110,9 +113,9 @@ def ttft_gap(samples: Sequence[Sample], server: ServerMetrics | None) -> TtftGap
     if intervals:  # the probes of the window the server's mean covers
         first = bisect.bisect_left(starts, intervals[0].start_ns)
         end = intervals[-1].end_ns
-        window = [p[2] for p in probes[first:] if p[1] <= end]
+        window = [p[2] for p in probes[first:] if p[1] <= end and not p[3]]
     else:  # no read times (a replayed recording of an older lpxtop): the whole window
-        window = [p[2] for p in probes]
+        window = [p[2] for p in probes if not p[3]]
     if not window:
         return TtftGap(None, reason="no successful probe in the server's window")
     client_mean = math.fsum(window) / len(window)
