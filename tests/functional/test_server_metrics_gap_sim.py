@@ -42,7 +42,9 @@ def config(url: str, name: str, prompt: str | None = None) -> EndpointConfig:
                           first_token_timeout_s=15.0, **extra)
 
 
-async def run_level(concurrency: int, seconds: float) -> tuple[list[Sample], ServerMetrics, list[float]]:
+async def run_level(
+    concurrency: int, seconds: float
+) -> tuple[list[Sample], ServerMetrics, list[float], list[float]]:
     """Probes at exponential gaps beside `concurrency` closed-loop clients; scrapes every 0.4 s.
 
     It runs `seconds`, and longer (up to 4 times) until MIN_PROBES probes are in: a loaded box slows the
@@ -85,20 +87,21 @@ async def run_level(concurrency: int, seconds: float) -> tuple[list[Sample], Ser
                                    4 * seconds + 30)
             metrics = await scraper.scrape(client)
         ok = [s for s in samples if s.ok]
-        truth = []
+        truth, server_ttft = [], []
         for s in ok:
             record = sim.server.record_for(s.response_id)
             assert record is not None
             first = next(t for t, kind, n in record.events if kind in ("content", "empty_content", "finish") and n)
-            truth.append(s.ttft_ms - (first - record.t_received_ns) / 1e6)
-    return ok, metrics, truth
+            server_ttft.append((first - record.t_received_ns) / 1e6)
+            truth.append(s.ttft_ms - server_ttft[-1])
+    return ok, metrics, truth, server_ttft
 
 
 async def check_levels(levels: tuple[int, ...], seconds: float, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(server_tracker, "HISTOGRAMS_EVERY_S", 0.0)  # read them at every scrape
     old_errors = []
     for concurrency in levels:
-        samples, metrics, truth = await run_level(concurrency, seconds)
+        samples, metrics, truth, server_ttft = await run_level(concurrency, seconds)
         assert len(samples) >= MIN_PROBES, concurrency
         assert metrics.ok and metrics.server_ttft_ms is not None and metrics.server_ttft_ms.mean is not None
         gap = ttft_gap(samples, metrics)
@@ -109,6 +112,14 @@ async def check_levels(levels: tuple[int, ...], seconds: float, monkeypatch: pyt
             # Only the probes used the server: every interval pairs, and the gap is exact.
             assert gap.method == "probe_only", gap
             assert gap.probes >= 0.6 * len(samples)
+            # The server's own figures, idle: the TTFT mean is the record's (its clock starts and stops a
+            # hair inside the record's), and the queue time, microseconds in vLLM's 0-300 ms bucket,
+            # reads under a millisecond where interpolation would say 150 ms.
+            ttft = metrics.server_ttft_ms
+            assert abs(ttft.mean - statistics.fmean(server_ttft)) <= TOLERANCE_MS, (ttft, server_ttft)
+            assert ttft.max_at_most is not None and max(server_ttft) <= ttft.max_at_most + TOLERANCE_MS
+            queue = metrics.server_queue_ms
+            assert queue is not None and queue.p50 < 1.0 and queue.p50_range[1] < 1.0, queue
         if gap.value_ms is None:
             assert gap.reason, gap
             continue
