@@ -27,6 +27,12 @@ DISCOVERED_MARK = "◇"  # endpoints found by discovery rather than named by the
 STATUS_RANK = {"down": 0, "degraded": 1, "pending": 2, "up": 3}
 
 
+def server_ttft_p50_ms(view: EndpointView) -> float | None:
+    """The server's own TTFT p50: an estimate from its histogram's buckets (see ServerLatency.p50_range)."""
+    latency = getattr(view.server, "server_ttft_ms", None) if view.server is not None else None
+    return getattr(latency, "p50", None)
+
+
 def server_ttft_mean_ms(view: EndpointView) -> float | None:
     """The server's own TTFT mean over its window (exact: Δsum/Δcount of its histogram), when it has one."""
     latency = getattr(view.server, "server_ttft_ms", None) if view.server is not None else None
