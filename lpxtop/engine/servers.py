@@ -101,6 +101,7 @@ class ServerScraper:
         self._skip_until = 0.0
         self._inflight: asyncio.Future[ServerMetrics] | None = None
         self._reparser: ReParser | None = None  # parses the known kind's families, page after page
+        self._force_histograms = False  # this scrape reads the histograms whatever the schedule
 
     @property
     def last(self) -> ServerMetrics | None:
@@ -121,14 +122,21 @@ class ServerScraper:
         if self._inflight is not None and not self._inflight.done():
             self._inflight.cancel()
 
-    async def scrape(self, client: HttpClient) -> ServerMetrics:
-        """One bounded scrape (about `timeout_s` at most); never raises."""
+    async def scrape(self, client: HttpClient, *, histograms: bool = False) -> ServerMetrics:
+        """One bounded scrape (about `timeout_s` at most); never raises.
+
+        `histograms=True` reads the latency histograms whatever the schedule (HISTOGRAMS_EVERY_S): for a
+        last scrape whose window must cover every probe before it (`lpxtop once`).
+        """
+        if histograms and self._inflight is not None and not self._inflight.done():
+            await asyncio.shield(self._inflight)  # that one may leave them out: then one that reads them
         if self._inflight is None or self._inflight.done():
-            self._inflight = asyncio.ensure_future(self._scrape_once(client))
+            self._inflight = asyncio.ensure_future(self._scrape_once(client, histograms))
         # shield: a cancelled caller must not cancel the scrape another caller is waiting on.
         return await asyncio.shield(self._inflight)
 
-    async def _scrape_once(self, client: HttpClient) -> ServerMetrics:
+    async def _scrape_once(self, client: HttpClient, histograms: bool = False) -> ServerMetrics:
+        self._force_histograms = histograms
         try:
             result = await self._scrape(client)
         except Exception as e:  # a bug here must not take the engine down
@@ -185,7 +193,7 @@ class ServerScraper:
         if self._names is not None:
             # The kind is known: parse its families, only the lines that changed since the last scrape.
             # A page without them (another server took the port) goes on to a fresh detection.
-            histograms = self.tracker.wants_histograms(now)
+            histograms = self._force_histograms or self.tracker.wants_histograms(now)
             try:
                 expo = self._reparser_for(self._names).parse(text, histograms=histograms)
             except NotPrometheusText:
@@ -200,7 +208,7 @@ class ServerScraper:
         if self._names is not None and names.kind != self._names.kind:
             self.tracker.reset_history()  # another server now answers on this port
         self._names = names
-        histograms = self.tracker.wants_histograms(now)
+        histograms = True  # a first scrape, a new kind, or a page the lean parse found nothing on
         try:
             expo = self._reparser_for(names).parse(text, histograms=histograms)
         except NotPrometheusText as e:
