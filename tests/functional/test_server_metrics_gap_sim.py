@@ -108,6 +108,9 @@ async def check_levels(levels: tuple[int, ...], seconds: float, monkeypatch: pyt
         true_gap = statistics.fmean(truth)
         old = statistics.median(s.ttft_ms for s in samples) - metrics.server_ttft_ms.p50
         old_errors.append(old - true_gap)
+        shown = "--" if gap.value_ms is None else f"{gap.value_ms:+.1f} ({gap.method})"
+        print(f"\nconcurrency {concurrency}: {len(samples)} probes, true gap {true_gap:+.1f} ms, lpxtop {shown}"
+              f"{'' if gap.reason is None else ': ' + gap.reason}; client p50 - server p50 {old:+.1f} ms")
         if concurrency == 0:
             # Only the probes used the server: every interval pairs, and the gap is exact.
             assert gap.method == "probe_only", gap
