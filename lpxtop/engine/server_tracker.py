@@ -63,7 +63,7 @@ class MetricsTracker:
         self._last_restart_t: float | None = None  # monotonic
         self.last_restart_time: float | None = None  # wall clock
         self._histograms_t: float | None = None  # when histograms were last read (monotonic)
-        self._latency_memo: dict[str, tuple[tuple[object, ...], ServerLatency | None]] = {}
+        self._latency_memo: dict[str, tuple[tuple[object, ...], ServerLatency | None, list[str]]] = {}
         # TtftInterval per pair of successive histogram reads, by their objects: a pair's interval never
         # changes, and most scrapes add no read (rebuilt from the pairs in the window, so it stays small)
         self._interval_memo: dict[tuple[int, int], tuple[Reading, Reading, TtftInterval]] = {}
@@ -137,9 +137,12 @@ class MetricsTracker:
                   None if base is None else base.hists.get(role), None if base is None else base.sums.get(role))
         memo = self._latency_memo.get(role)
         if memo is not None and all(a is b for a, b in zip(memo[0], inputs)):
+            for note in memo[2]:  # what it noted holds as long as its result does
+                _note(new.notes, note)
             return memo[1]
+        before = len(new.notes)
         result = _latency(role, hist, new, base)
-        self._latency_memo[role] = (inputs, result)
+        self._latency_memo[role] = (inputs, result, new.notes[before:])
         return result
 
     def ttft_intervals(self, hist: Hist | None) -> tuple[TtftInterval, ...]:

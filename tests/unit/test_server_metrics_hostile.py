@@ -192,3 +192,14 @@ def test_server_json_is_json_even_with_infinite_values_set_by_hand() -> None:
     out = m.to_json()
     json.dumps(out, allow_nan=False)
     assert out["requests_waiting"] is None and out["kv_cache_usage"] is None and out["scrape_ms"] is None
+
+
+async def test_a_sum_that_contradicts_its_buckets_gives_no_mean_and_says_so_every_scrape() -> None:
+    # 10 more requests in (0.1, 0.2] s, but a _sum that grew by 0.01 s: at least 1 s is needed
+    pages = [gauges() + ttft(("0", "0", "0"), "0"), gauges() + ttft(("0", "10", "10"), "0.01")]
+    pages += [gauges() + ttft(("0", "10", "10"), "0.01")] * 2  # later scrapes carry the last read
+    results = await scrape_pages(pages)
+    for m in results[1:]:
+        assert m.server_ttft_ms is not None and m.server_ttft_ms.count == 10 and m.server_ttft_ms.mean is None
+        assert m.server_ttft_ms.p50_range == (100.0, 200.0)  # the buckets alone
+        assert any("_sum disagrees with its buckets" in n for n in m.notes), m.notes
