@@ -76,6 +76,7 @@ class ReParser:
         lines: list[tuple[str, bool]] = []  # the kept sample lines, in order: (line, counter-renamed)
         family_count = 0
         name, typ, allowed = "", "untyped", ()
+        family_start = 0  # where the current family's samples begin in `lines`
         belongs_memo = self._belongs  # _kept's memo, read inline: this loop runs once per candidate line
         size, heads = self._heads[histograms]
         # The loop drops, without changing any state, the sample lines that start with none of the
@@ -102,12 +103,17 @@ class ReParser:
                     return self._whole(text, histograms)  # its words split otherwise there: let it read them
                 if parts[2] != name:
                     name, typ, family_count = parts[2], "untyped", family_count + 1
-                    allowed = (name,)
+                    allowed, family_start = (name,), len(lines)
                 if parts[1] == "TYPE":
                     typ = parts[3]
                     if typ not in _ALLOWED_SUFFIXES and typ != "untyped":
                         return self._whole(text, histograms)  # prometheus_client's to accept or refuse
                     allowed = tuple(name + s for s in _ALLOWED_SUFFIXES.get(typ, ("",)))
+                    if family_start < len(lines):
+                        # prometheus_client names a family's samples by its type when the family ends:
+                        # a TYPE line after some of them renames those too (or no longer renames them)
+                        lines[family_start:] = [(kept, _renamed(typ, name, _sample_name(kept).group()))
+                                                for kept, _ in lines[family_start:]]
                 continue
             sample = _sample_name(line).group()
             if not sample:
@@ -121,8 +127,8 @@ class ReParser:
             if sample not in allowed:  # prometheus_client makes it an untyped family of its own
                 name, typ, allowed = "", "untyped", ()
                 family_count += 1
-            renamed = typ == "counter" and sample == name and not name.endswith("_total")
-            lines.append((line, renamed))
+                family_start = len(lines) + 1
+            lines.append((line, _renamed(typ, name, sample)))
 
         seen = self._seen
         new = [key for key in dict.fromkeys(lines) if key not in seen]
@@ -159,6 +165,11 @@ class ReParser:
 
 
 _USUAL = ("# HELP ", "# TYPE ")
+
+
+def _renamed(typ: str, family: str, sample: str) -> bool:
+    """Whether prometheus_client names `sample` `<family>_total`: a counter's sample named as its family."""
+    return typ == "counter" and sample == family and not family.endswith("_total")
 # Characters Python's str.split() takes for blanks and prometheus_client's comment splitting does not
 # (it splits on ASCII blanks only), and the quote it reads names in: a kept HELP/TYPE line with one of
 # them before its name's end is left to prometheus_client.

@@ -268,6 +268,10 @@ FOUND = [
     ("a duplicated series", "vllm:num_requests_running 1\nvllm:num_requests_running 2\n"),
     ("a type prometheus_client refuses", "# TYPE vllm:num_preemptions counter extra\nvllm:num_preemptions 3\n"),
     ("\\u2028 inside a label value", 'vllm:time_to_first_token_seconds_bucket{le="0.1\u2028999"} 0\n'),
+    ("a TYPE after the family's samples", "# HELP vllm:prefix_cache_hits doc\nvllm:prefix_cache_hits 5\n"
+                                          "# TYPE vllm:prefix_cache_hits counter\n"),
+    ("a TYPE that undoes a counter", "# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits 5\n"
+                                     "# TYPE vllm:prefix_cache_hits gauge\n"),
     ("a quoted name in HELP", '# HELP "vllm:num_preemptions" doc\n# TYPE vllm:num_preemptions counter\n'
                                "vllm:num_preemptions 3\n"),
 ]
