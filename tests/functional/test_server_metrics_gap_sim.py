@@ -116,13 +116,14 @@ async def check_levels(levels: tuple[int, ...], seconds: float, monkeypatch: pyt
             assert gap.method == "probe_only", gap
             assert gap.probes >= 0.6 * len(samples)
             # The server's own figures, idle: the TTFT mean is the record's (its clock starts and stops a
-            # hair inside the record's), and the queue time, microseconds in vLLM's 0-300 ms bucket,
-            # reads under a millisecond where interpolation would say 150 ms.
+            # hair inside the record's), and the queue time, a fraction of a millisecond in vLLM's 0-300 ms
+            # bucket (a few ms when the box is busy and the sim's loop is late), reads as that where
+            # interpolation would say 150 ms.
             ttft = metrics.server_ttft_ms
             assert abs(ttft.mean - statistics.fmean(server_ttft)) <= TOLERANCE_MS, (ttft, server_ttft)
             assert ttft.max_at_most is not None and max(server_ttft) <= ttft.max_at_most + TOLERANCE_MS
             queue = metrics.server_queue_ms
-            assert queue is not None and queue.p50 < 1.0 and queue.p50_range[1] < 1.0, queue
+            assert queue is not None and queue.p50 < 15.0 and queue.p50_range[1] < 15.0, queue
         if gap.value_ms is None:
             assert gap.reason, gap
             continue
