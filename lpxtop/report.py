@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from lpxtop.model.probe import Percentiles
-from lpxtop.model.snapshot import GaugeSummary, ServerSummary, Snapshot
+from lpxtop.model.snapshot import EndpointView, GaugeSummary, ServerSummary, Snapshot
 from lpxtop.textsafe import printable
 
 
@@ -90,6 +90,9 @@ def render_table(snapshot: Snapshot) -> str:
             counted = "counted in the percentiles" if e.percentiles_with_client_limited else "left out of the percentiles"
             lines.append(f"{name}: {e.probes_client_limited} of {e.probes_sent} probes client-limited (lpxtop "
                          f"itself was late: its loop, or its wait for a CPU); {counted}")
+        server_line = _server_latency_line(e)
+        if server_line:
+            lines.append(server_line)
         if e.last_error:
             lines.append(f"{name}: last error: {_text(e.last_error)}")
         if e.server is not None and e.server.status != "ok":
@@ -148,6 +151,37 @@ def _agent_table(snapshot: Snapshot) -> list[str]:
 
 def _ms_value(value: float) -> str:
     return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def _server_ms(value: float | None) -> str:
+    return "--" if value is None else (f"{value:.0f}" if value >= 100 else f"{value:.2g}" if value < 1 else f"{value:.1f}")
+
+
+def _server_latency_line(e: EndpointView) -> str | None:
+    """The server's own TTFT and queue time (exact means, `~` estimated quantiles with their ranges) and
+    the time outside the engine with its method, or why it is not shown."""
+    server = e.server
+    if server is None or not server.ok:
+        return None
+    parts = []
+    for label, latency in (("TTFT", server.server_ttft_ms), ("queue", server.server_queue_ms)):
+        if latency is None or not latency.count:
+            continue
+        text = f"{label} mean {_server_ms(latency.mean)}"
+        if latency.p99 is not None:
+            high = latency.p99_range[1] if latency.p99_range else None
+            if high is not None and latency.p99 >= high:
+                text += f" p99 <= {_server_ms(high)}"  # the estimate is the most it can be
+            else:
+                text += f" p99 ~{_server_ms(latency.p99)}" + (f" (<= {_server_ms(high)})" if high is not None else "")
+        parts.append(text)
+    gap = e.ttft_gap
+    if gap.value_ms is not None:
+        how = "estimate" if gap.estimate else "exact"
+        parts.append(f"outside engine {'~' if gap.estimate else ''}{gap.value_ms:+.1f} ({how}, {gap.probes} probes)")
+    elif parts:
+        parts.append(f"outside engine --: {gap.reason}")
+    return f"{_text(e.name)}: server {', '.join(parts)}" if parts else None
 
 
 def _gpu_line(snapshot: Snapshot) -> str:

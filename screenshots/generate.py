@@ -1,6 +1,6 @@
 """Regenerate the README's screenshots from the real app on the simulated servers.
 
-    python screenshots/generate.py            # writes screenshots/main.svg, detail.svg, agent.svg, alerts.svg
+    python screenshots/generate.py            # writes screenshots/main.svg, detail.svg, server.svg, agent.svg, alerts.svg
 
 It runs `lpxtop demo`'s engine (simulated servers on 127.0.0.1, a simulated GPU) under Textual's
 headless driver at 160x48, waits for real measurements, then saves each screen. Run it again whenever
@@ -49,6 +49,11 @@ async def shoot(out: Path) -> None:
             await pilot.press("down", "enter")
             await pilot.pause(1.5)
             app.save_screenshot(str(out / "detail.svg"))
+            from textual.widgets import TabbedContent
+
+            app.screen.query_one("#detail-tabs", TabbedContent).active = "tab-server"
+            await pilot.pause(1.0)
+            app.save_screenshot(str(out / "server.svg"))
             await pilot.press("escape", "down", "enter", "right")  # vllm-sim-b's Agent tab
             await pilot.pause(1.5)
             app.save_screenshot(str(out / "agent.svg"))
@@ -64,7 +69,7 @@ async def shoot(out: Path) -> None:
 
 def main() -> int:
     asyncio.run(shoot(HERE))
-    for name in ("main.svg", "detail.svg", "agent.svg", "alerts.svg"):
+    for name in ("main.svg", "detail.svg", "server.svg", "agent.svg", "alerts.svg"):
         print("wrote", HERE / name)
     return 0
 

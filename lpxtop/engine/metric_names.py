@@ -85,6 +85,9 @@ class KindNames:
     tpot: Hist | None = None  # per request mean time per output token
     e2e: Hist | None = None
     queue: Hist | None = None
+    prefill: Hist | None = None  # per request: scheduled -> first token
+    decode: Hist | None = None  # per request: first token -> last
+    inference: Hist | None = None  # per request: scheduled -> last (prefill + decode)
     variants: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (variant, names that mark it), first match
 
 
@@ -114,6 +117,10 @@ VLLM = KindNames(
     tpot=Hist(refs("vllm:request_time_per_output_token_seconds")),
     e2e=Hist(refs("vllm:e2e_request_latency_seconds")),
     queue=Hist(refs("vllm:request_queue_time_seconds")),
+    # V1 only (vllm/v1/metrics/loggers.py): the phases of a request after it left the queue.
+    prefill=Hist(refs("vllm:request_prefill_time_seconds")),
+    decode=Hist(refs("vllm:request_decode_time_seconds")),
+    inference=Hist(refs("vllm:request_inference_time_seconds")),
     variants=(
         ("v1", ("vllm:kv_cache_usage_perc", "vllm:inter_token_latency_seconds", "vllm:engine_sleep_state")),
         ("v0", ("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc")),
@@ -163,6 +170,7 @@ TGI = KindNames(
     tpot=Hist(refs("tgi_request_mean_time_per_token_duration")),
     e2e=Hist(refs("tgi_request_duration")),
     queue=Hist(refs("tgi_request_queue_duration")),
+    inference=Hist(refs("tgi_request_inference_duration")),
 )
 
 LLAMACPP = KindNames(
@@ -286,10 +294,12 @@ def keep_families(text: str, families: frozenset[str]) -> str:
 
     Not a parser: it only drops whole lines by their leading metric name, so that prometheus_client
     parses the few families lpxtop reads instead of the hundreds a server exposes (a vLLM page costs
-    ~20 ms to parse whole, every scrape).
+    ~20 ms to parse whole, every scrape). Leading and trailing blanks are not part of a line (the text
+    format says so, and prometheus_client strips them): a kept line is kept stripped.
     """
     kept: list[str] = []
-    for line in text.splitlines():
+    for line in text.split("\n"):  # prometheus_client's lines: \x0b, \x1c, \u2028 ... do not end one
+        line = line.strip()
         if line.startswith("#"):
             parts = line.split(None, 3)
             if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") and belongs(parts[2], families):
@@ -303,7 +313,7 @@ def keep_families(text: str, families: frozenset[str]) -> str:
 
 
 def sample_name(line: str) -> str:
-    """The metric name a sample line starts with ("" for a line that does not start with one)."""
+    """The metric name a (stripped) sample line starts with ("" for a line that does not start with one)."""
     end = len(line)
     for stop in ("{", " ", "\t"):
         at = line.find(stop)

@@ -35,9 +35,27 @@ class Point:
 
 
 class Exposition:
-    """Every sample of one scrape, by the sample name prometheus_client gave it."""
+    """Every sample of one scrape, by the sample name prometheus_client gave it.
+
+    A series (name and labels) written twice keeps its first sample, as Prometheus does since 2.52
+    (prometheus/prometheus#12933: "only first sample for each unique time series is appended"); the
+    others are counted in `duplicates`. Both the whole parse and ReParser's build one through here, so
+    they agree on it.
+    """
 
     def __init__(self, samples: Mapping[str, list[Point]], families: int) -> None:
+        self.duplicates = 0
+        for points in samples.values():
+            if len(points) > 1:
+                seen: set[Labels] = set()
+                kept = []
+                for p in points:
+                    if p.labels not in seen:
+                        seen.add(p.labels)
+                        kept.append(p)
+                if len(kept) != len(points):
+                    self.duplicates += len(points) - len(kept)
+                    points[:] = kept
         self._samples = samples
         self.families = families
 
@@ -50,7 +68,7 @@ class Exposition:
             for family in text_string_to_metric_families(text):
                 families += 1
                 for s in family.samples:
-                    value = float(s.value)
+                    value = as_float(s.value)
                     if math.isnan(value):
                         continue  # NaN gauges (an engine with nothing to report) carry no value
                     labels = tuple(sorted((str(k), str(v)) for k, v in s.labels.items()))
@@ -108,6 +126,16 @@ class Exposition:
         return {k: tuple(sorted(v)) for k, v in series.items() if v}
 
 
+    def histogram_sums(self, r: Ref) -> dict[Labels, float]:
+        """The `_sum` of histogram `r` per label set (the keys `histogram` gives)."""
+        out: dict[Labels, float] = {}
+        for p in self._samples.get(r.name + "_sum", ()):
+            if r.match and not all(p.label(k) == v for k, v in r.match):
+                continue
+            out[p.labels] = p.value
+        return out
+
+
 def _spellings(name: str) -> tuple[str, ...]:
     # prometheus_client's text parser appends `_total` to counter samples that lack it
     # (TGI's `tgi_request_success` arrives as `tgi_request_success_total`); an untyped sample
@@ -115,6 +143,18 @@ def _spellings(name: str) -> tuple[str, ...]:
     if name.endswith("_total"):
         return (name, name[: -len("_total")])
     return (name, name + "_total")
+
+
+def as_float(value: float | int) -> float:
+    """A sample's value as a float; an integer too large for one is infinite, as float("1e999") is.
+
+    prometheus_client gives integers for values written without a point or exponent: float() of a
+    400-digit one raises OverflowError, where the same number written 1e400 reads as inf.
+    """
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def short_reason(e: BaseException, limit: int = 80) -> str:

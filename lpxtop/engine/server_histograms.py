@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 Buckets = tuple[tuple[float, float], ...]
 
@@ -74,6 +75,103 @@ def histogram_quantile(q: float, buckets: Buckets | None) -> float | None:
     if in_bucket <= 0:
         return bounds[i]
     return lower + (bounds[i] - lower) * (rank - below) / in_bucket
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A quantile estimated from buckets: `value`, and the range [`low`, `high`] the true quantile is in.
+
+    `high` is None when nothing bounds it from above (the rank falls in the ``+Inf`` bucket and the sum
+    is unknown).
+    """
+
+    value: float
+    low: float
+    high: float | None
+
+
+def estimate_quantile(q: float, buckets: Buckets | None, total: float | None = None) -> Estimate | None:
+    """The q-quantile of non-negative observations, from cumulative buckets and (if known) their sum.
+
+    The quantile is the r-th smallest observation, r = ceil(q * n). It lies in the bucket that holds that
+    observation (never in an empty region), and the sum bounds it further: the observations at or above
+    rank r are each at least the quantile and every other one at least its bucket's lower edge, so
+    ``quantile <= (sum - lower edges of the rest) / (n - r + 1)`` — tighter than Markov's mean / (1 - q),
+    which it implies. Symmetrically with the upper edges from below. A window of an idle vLLM whose 16
+    queue times (0.28 ms in all) sit in the 0–300 ms bucket has its median bounded by 0.03 ms, where the
+    bucket alone says 150 ms.
+
+    `value` is Prometheus' ``histogram_quantile`` (linear interpolation inside the bucket, the highest
+    finite bound for a rank in ``+Inf``) clamped into that range. A sum that contradicts the buckets (a
+    scrape read while an observation was being recorded) is not used. None without observations.
+    """
+    return estimate_quantiles((q,), buckets, total)[0]
+
+
+def estimate_quantiles(
+    qs: Sequence[float], buckets: Buckets | None, total: float | None = None
+) -> list[Estimate | None]:
+    """estimate_quantile for each of `qs`, reading the buckets once."""
+    if not buckets or not math.isinf(buckets[-1][0]) or len(buckets) < 2:
+        return [None] * len(qs)
+    bounds, counts = _monotonic(buckets)
+    n = counts[-1]
+    if n <= 0:
+        return [None] * len(qs)
+    lows = [0.0 if bounds[0] > 0 else bounds[0], *bounds[:-1]]
+    ks = [counts[0]] + [c - b for b, c in zip(counts, counts[1:])]
+    use_sum = total is not None and math.isfinite(total) and lows[0] >= 0.0
+    last = len(bounds) - 1
+    lower_all = math.fsum(k * lo for k, lo in zip(ks, lows) if k > 0)
+    finite_upper = math.fsum(k * hi for k, hi in zip(ks[:-1], bounds[:-1]) if k > 0)
+    out: list[Estimate | None] = []
+    for q in qs:
+        if not 0.0 <= q <= 1.0:
+            out.append(None)
+            continue
+        rank = min(n, max(1.0, math.ceil(q * n - 1e-9)))
+        i = next(i for i, c in enumerate(counts) if c >= rank)
+        low, high = lows[i], bounds[i]
+        below_bucket = counts[i - 1] if i > 0 else 0.0
+        # Prometheus' histogram_quantile: linear inside the bucket from its lower edge; the highest
+        # finite bound for a rank in +Inf; the bound itself for a first bucket that ends at or below 0
+        exact_rank = q * n
+        if i == last:
+            value = bounds[-2]
+        elif i == 0 and bounds[0] <= 0:
+            value = bounds[0]
+        elif ks[i] <= 0:
+            value = bounds[i]
+        else:
+            value = low + (high - low) * (exact_rank - below_bucket) / ks[i]
+        if use_sum:
+            assert total is not None
+            in_bucket_below = rank - 1 - below_bucket  # observations of this bucket under the rank
+            in_bucket_above = counts[i] - rank  # and over it
+            lower_rest = lower_all - ks[i] * low
+            if i == last:
+                upper_rest = finite_upper
+            else:
+                upper_rest = finite_upper - ks[i] * high + (math.inf if ks[last] > 0 else 0.0)
+            sum_high = (total - lower_rest - in_bucket_below * low) / (counts[i] - rank + 1)
+            above = in_bucket_above * high if in_bucket_above > 0 else 0.0
+            sum_low = (total - upper_rest - above) / (in_bucket_below + 1)
+            tight_low, tight_high = max(low, sum_low), min(high, sum_high)
+            slack = 1e-9 * max(1.0, abs(total))
+            if tight_low <= tight_high + slack:  # else: a torn scrape; the buckets alone stand
+                low, high = tight_low, max(tight_low, tight_high)
+        value = min(max(value, low), high)
+        out.append(Estimate(value, low, None if math.isinf(high) else high))
+    return out
+
+
+def observation_bounds(buckets: Buckets | None, total: float | None = None) -> tuple[float, float | None] | None:
+    """(at least, at most): bounds on the smallest and the largest observation (at most None: unbounded)."""
+    smallest = estimate_quantile(0.0, buckets, total)
+    largest = estimate_quantile(1.0, buckets, total)
+    if smallest is None or largest is None:
+        return None
+    return smallest.low, largest.high
 
 
 def _monotonic(buckets: Sequence[tuple[float, float]]) -> tuple[list[float], list[float]]:

@@ -6,14 +6,15 @@ two captures and a time step and check every derived value by hand.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from lpxtop.engine.metric_names import PROCESS_START, Hist, KindNames, Ref
 from lpxtop.engine.server_exposition import Exposition, Labels, Point
-from lpxtop.engine.server_histograms import Buckets, bucket_delta, histogram_quantile, merge, observations
-from lpxtop.model.server import ModelServerMetrics, ServerLatency, ServerMetrics
+from lpxtop.engine.server_histograms import Buckets, bucket_delta, estimate_quantiles, merge, observations
+from lpxtop.model.server import ModelServerMetrics, ServerLatency, ServerMetrics, TtftInterval
 
 # (model, outcome key, the remaining labels: engine, tp_rank, ...)
 SeriesKey = tuple[str, str, Labels]
@@ -27,7 +28,8 @@ COUNTER_ROLES = (
     "spec_accepted",
     "spec_drafted",
 )
-HIST_ROLES = ("ttft", "itl", "tpot", "e2e", "queue")
+HIST_ROLES = ("ttft", "itl", "tpot", "e2e", "queue", "prefill", "decode", "inference")
+MAX_NOTES = 8  # notes kept per scrape: a page with a thousand bad values says so in a few lines
 # The server's latency percentiles cover the whole window (5 minutes): reading their histograms, most of
 # a page's changing lines, every 10 s instead of every scrape loses nothing a user could see.
 HISTOGRAMS_EVERY_S = 10.0
@@ -42,7 +44,13 @@ class Reading:
     t: float  # monotonic seconds
     counters: dict[str, dict[SeriesKey, float]] = field(default_factory=dict)
     hists: dict[str, dict[SeriesKey, Buckets]] = field(default_factory=dict)
+    sums: dict[str, dict[SeriesKey, float]] = field(default_factory=dict)  # each histogram series' _sum
     process_start: float | None = None
+    # (asked, answered) in perf_counter_ns for the scrape whose histograms `hists` holds, when known
+    hist_ns: tuple[int, int] | None = None
+    notes: list[str] = field(default_factory=list)
+    # counter roles with a value that was no count in this scrape: no delta to or from it
+    spoiled: set[str] = field(default_factory=set)
 
 
 class MetricsTracker:
@@ -55,7 +63,10 @@ class MetricsTracker:
         self._last_restart_t: float | None = None  # monotonic
         self.last_restart_time: float | None = None  # wall clock
         self._histograms_t: float | None = None  # when histograms were last read (monotonic)
-        self._latency_memo: dict[str, tuple[tuple[object, ...], ServerLatency | None]] = {}
+        self._latency_memo: dict[str, tuple[tuple[object, ...], ServerLatency | None, list[str]]] = {}
+        # TtftInterval per pair of successive histogram reads, by their objects: a pair's interval never
+        # changes, and most scrapes add no read (rebuilt from the pairs in the window, so it stays small)
+        self._interval_memo: dict[tuple[int, int], tuple[Reading, Reading, TtftInterval]] = {}
 
     def reset_history(self) -> None:
         """Forget past scrapes (e.g. the endpoint now points at another server)."""
@@ -73,13 +84,25 @@ class MetricsTracker:
         return now - self._histograms_t >= HISTOGRAMS_EVERY_S or now < self._histograms_t
 
     def update(
-        self, expo: Exposition, names: KindNames, now: float, wall: float, *, histograms: bool = True
+        self,
+        expo: Exposition,
+        names: KindNames,
+        now: float,
+        wall: float,
+        *,
+        histograms: bool = True,
+        asked_ns: int | None = None,
+        answered_ns: int | None = None,
     ) -> ServerMetrics:
         """Record one scrape taken at monotonic time `now` and summarize it against the past.
 
         `histograms=False`: `expo` left the latency histograms out; the last ones read stand in.
+        `asked_ns`/`answered_ns`: when the scrape's request was sent and its answer had arrived
+        (perf_counter_ns), which places the server's TTFT observations among the probes' (TtftInterval).
         """
         reading = _read(expo, names, now)
+        if asked_ns is not None and answered_ns is not None:
+            reading.hist_ns = (asked_ns, answered_ns)
         prev = self._history[-1] if self._history else None
         if prev is not None and _went_down(prev, reading):
             # A counter fell: the server restarted. Deltas across the restart would be negative
@@ -92,7 +115,8 @@ class MetricsTracker:
         if histograms:
             self._histograms_t = now
         elif prev is not None:
-            reading.hists = prev.hists  # cumulative: as of the last read, which the window allows for
+            # cumulative: as of the last read, which the window allows for
+            reading.hists, reading.sums, reading.hist_ns = prev.hists, prev.sums, prev.hist_ns
         if prev is not None and now <= prev.t:
             self._history.pop()  # no time passed: this scrape replaces the previous one
             prev = self._history[-1] if self._history else None
@@ -109,13 +133,46 @@ class MetricsTracker:
     def latency(self, role: str, hist: Hist | None, new: Reading, base: Reading | None) -> ServerLatency | None:
         """`_latency`, remembered per role while its inputs are the same objects: a scrape that leaves the
         histograms out carries the last ones read, so most scrapes would compute the same quantiles again."""
-        inputs = (hist, new.hists.get(role), base is None, None if base is None else base.hists.get(role))
+        inputs = (hist, new.hists.get(role), new.sums.get(role), base is None,
+                  None if base is None else base.hists.get(role), None if base is None else base.sums.get(role))
         memo = self._latency_memo.get(role)
         if memo is not None and all(a is b for a, b in zip(memo[0], inputs)):
+            for note in memo[2]:  # what it noted holds as long as its result does
+                _note(new.notes, note)
             return memo[1]
+        before = len(new.notes)
         result = _latency(role, hist, new, base)
-        self._latency_memo[role] = (inputs, result)
+        self._latency_memo[role] = (inputs, result, new.notes[before:])
         return result
+
+    def ttft_intervals(self, hist: Hist | None) -> tuple[TtftInterval, ...]:
+        """The TTFT histogram's growth between each two successive reads in the window (oldest first)."""
+        if hist is None:
+            return ()
+        out: list[TtftInterval] = []
+        memo: dict[tuple[int, int], tuple[Reading, Reading, TtftInterval]] = {}
+        before: Reading | None = None
+        for r in self._history:
+            if before is not None and r.hists is before.hists:
+                continue  # a scrape that carried the last read's histograms: the same read
+            if before is not None and before.hist_ns is not None and r.hist_ns is not None:
+                key = (id(before.hists), id(r.hists))
+                known = self._interval_memo.get(key)
+                if known is not None and known[0] is before and known[1] is r:
+                    interval = known[2]
+                else:
+                    count, total = _growth("ttft", r, before)
+                    interval = TtftInterval(
+                        start_ns=before.hist_ns[1],
+                        end_ns=r.hist_ns[0],
+                        count=count,
+                        sum_ms=None if total is None else total * hist.to_ms,
+                    )
+                memo[key] = (before, r, interval)
+                out.append(interval)
+            before = r
+        self._interval_memo = memo
+        return tuple(out)
 
     def restarted_recently(self, now: float) -> bool:
         return self._last_restart_t is not None and self._last_restart_t >= now - self.window_s
@@ -134,13 +191,43 @@ def _rest(p: Point, names: KindNames, drop: Iterable[str] = ()) -> Labels:
     return tuple(kv for kv in p.labels if kv[0] not in skip)
 
 
-def _counter_series(expo: Exposition, names: KindNames, alts: tuple[Ref, ...]) -> dict[SeriesKey, float]:
+def _note(notes: list[str], text: str) -> None:
+    if len(notes) < MAX_NOTES and text not in notes:
+        notes.append(text)
+
+
+def _bad_value(name: str, value: float, what: str, notes: list[str]) -> bool:
+    """True (and a note) for a value that cannot be `what`: not finite, or below zero.
+
+    The text format allows +Inf, -Inf and NaN for any sample: a queue of +Inf requests is not a queue
+    length, and arithmetic on it (a rate, a sparkline's scale) would spread it to every figure.
+    """
+    if math.isfinite(value) and value >= 0.0:
+        return False
+    _note(notes, f"{name} is {_spelled(value)}, which is no {what}: shown as --")
+    return True
+
+
+def _spelled(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return f"{value:g}"
+
+
+def _counter_series(
+    expo: Exposition, names: KindNames, alts: tuple[Ref, ...], notes: list[str]
+) -> dict[SeriesKey, float] | None:
+    """The counter's value per series; None when one of them is no count (its deltas would be wrong)."""
     found = expo.first(alts)
     if found is None:
         return {}
     r, points = found
     out: dict[SeriesKey, float] = {}
     for p in points:
+        if _bad_value(r.name, p.value, "count", notes):
+            return None
         key = (_model_of(p, names), "", _rest(p, names, (k for k, _ in r.match)))
         out[key] = out.get(key, 0.0) + p.value
     return out
@@ -148,18 +235,27 @@ def _counter_series(expo: Exposition, names: KindNames, alts: tuple[Ref, ...]) -
 
 def _read(expo: Exposition, names: KindNames, now: float) -> Reading:
     reading = Reading(t=now)
+    notes = reading.notes
+    if expo.duplicates:
+        _note(notes, f"{expo.duplicates:g} sample(s) repeat a series already on the page: the first one counts, "
+                     "as in Prometheus")
     for role in COUNTER_ROLES:
-        series = _counter_series(expo, names, getattr(names, role))
-        if series:
+        series = _counter_series(expo, names, getattr(names, role), notes)
+        if series is None:
+            reading.spoiled.add(role)
+        elif series:
             reading.counters[role] = series
     outcomes: dict[SeriesKey, float] = {}
     for oc in names.outcomes:
         for p in expo.lookup(Ref(oc.name)):
+            if _bad_value(oc.name, p.value, "count", notes):
+                reading.spoiled.add("outcome")
+                continue
             reason = p.label(oc.reason_label) if oc.reason_label else None
             key_name = oc.key + reason if reason is not None else oc.key
             key = (_model_of(p, names), key_name or "finished", _rest(p, names, [oc.reason_label or ""]))
             outcomes[key] = outcomes.get(key, 0.0) + p.value
-    if outcomes:
+    if outcomes and "outcome" not in reading.spoiled:
         reading.counters["outcome"] = outcomes
     for role in HIST_ROLES:
         hist: Hist | None = getattr(names, role)
@@ -167,11 +263,25 @@ def _read(expo: Exposition, names: KindNames, now: float) -> Reading:
             continue
         for r in hist.names:
             per_series = expo.histogram(r)
-            if per_series:
-                reading.hists[role] = {_hist_key(labels, names): b for labels, b in per_series.items()}
-                break
+            if not per_series:
+                continue
+            sums = expo.histogram_sums(r)
+            buckets: dict[SeriesKey, Buckets] = {}
+            totals: dict[SeriesKey, float] = {}
+            for labels, b in per_series.items():
+                key = _hist_key(labels, names)
+                if any(_bad_value(r.name + "_bucket", n, "count", notes) for _, n in b):
+                    continue
+                buckets[key] = b
+                total = sums.get(labels)
+                if total is not None and not _bad_value(r.name + "_sum", total, "sum of latencies", notes):
+                    totals[key] = total
+            if buckets:
+                reading.hists[role] = buckets
+                reading.sums[role] = totals
+            break
     starts = expo.lookup(Ref(PROCESS_START))
-    if len(starts) == 1:
+    if len(starts) == 1 and math.isfinite(starts[0].value):
         reading.process_start = starts[0].value
     return reading
 
@@ -202,9 +312,10 @@ def _went_down(old: Reading, new: Reading) -> bool:
 
 
 def _delta(new: Reading, old: Reading, role: str) -> dict[SeriesKey, float] | None:
-    """Per-series growth of a counter role between two readings; None if the server lacks it."""
+    """Per-series growth of a counter role between two readings; None if the server lacks it, or one of
+    the two readings had a value that was no count (a series missing from `old` started from zero)."""
     series = new.counters.get(role)
-    if series is None:
+    if series is None or role in old.spoiled:
         return None
     before = old.counters.get(role, {})
     return {k: max(0.0, v - before.get(k, 0.0)) for k, v in series.items()}
@@ -214,6 +325,52 @@ def _sum(d: dict[SeriesKey, float] | None, model: str | None = None) -> float | 
     if d is None:
         return None
     return sum(v for k, v in d.items() if model is None or k[0] == model)
+
+
+def _growth(role: str, new: Reading, old: Reading) -> tuple[float | None, float | None]:
+    """(observations, their sum) that histogram `role` gained from `old` to `new`, merged over its series.
+
+    The count is None when a series' bucket layout changed or a count fell; the sum is None when a
+    series has no usable _sum.
+    """
+    series = new.hists.get(role)
+    if series is None:
+        return None, None
+    before = old.hists.get(role, {})
+    deltas = []
+    for key, buckets in series.items():
+        d = bucket_delta(buckets, before.get(key))
+        if d is None:
+            return None, None
+        deltas.append(d)
+    count = observations(merge(deltas))
+    sums, sums_before = new.sums.get(role, {}), old.sums.get(role, {})
+    total = 0.0
+    for key in series:
+        if key not in sums or (key in before and key not in sums_before):
+            return count, None
+        total += sums[key] - sums_before.get(key, 0.0)
+    return count, total
+
+
+def _sum_fits(total: float, buckets: Buckets) -> bool:
+    """Whether a sum of observations is one these buckets can hold (each between its bucket's edges).
+
+    A page whose _sum says otherwise (a server that resets one and not the other, a hand-made page)
+    gives no mean rather than a wrong one; a little slack covers a scrape read while an observation
+    was being recorded.
+    """
+    low = high = 0.0
+    below, lower_edge = 0.0, 0.0
+    for bound, n in buckets:
+        k = max(0.0, n - below)
+        below = max(below, n)
+        if k > 0:
+            low += k * lower_edge
+            high += k * bound
+        lower_edge = bound
+    slack = 1e-6 * max(1.0, abs(total))
+    return low - slack <= total <= high + slack
 
 
 def _latency(role: str, hist: Hist | None, new: Reading, base: Reading | None) -> ServerLatency | None:
@@ -229,22 +386,42 @@ def _latency(role: str, hist: Hist | None, new: Reading, base: Reading | None) -
     count = observations(merged)
     if merged is None or count <= 0:
         return ServerLatency(None, None, 0.0)
+    growth, total = _growth(role, new, base)
+    if growth != count or total is None:
+        total = None  # some series could not be followed: their sum would not match these buckets
+    elif not _sum_fits(total, merged):
+        _note(new.notes, f"{hist.names[0].name}_sum disagrees with its buckets: no mean")
+        total = None
+    to_ms = hist.to_ms
 
-    def ms(q: float) -> float | None:
-        v = histogram_quantile(q, merged)
-        return None if v is None else v * hist.to_ms
+    def ms(x: float | None) -> float | None:
+        return None if x is None else x * to_ms
 
-    return ServerLatency(ms(0.50), ms(0.99), count)
+    p50, p99, smallest, largest = estimate_quantiles((0.50, 0.99, 0.0, 1.0), merged, total)
+    return ServerLatency(
+        p50=ms(p50.value) if p50 else None,
+        p99=ms(p99.value) if p99 else None,
+        count=count,
+        mean=None if total is None else total / count * to_ms,
+        p50_range=(p50.low * to_ms, ms(p50.high)) if p50 else None,
+        p99_range=(p99.low * to_ms, ms(p99.high)) if p99 else None,
+        min_at_least=ms(smallest.low) if smallest else None,
+        max_at_most=ms(largest.high) if largest else None,
+    )
 
 
-def _gauge(expo: Exposition, names: KindNames, alts: tuple[Ref, ...]) -> dict[str, list[float]] | None:
-    """Values of the first present gauge alternative, grouped by model."""
+def _gauge(
+    expo: Exposition, names: KindNames, alts: tuple[Ref, ...], notes: list[str], what: str = "level"
+) -> dict[str, list[float]] | None:
+    """Values of the first present gauge alternative, grouped by model; values that cannot be one
+    (+Inf, NaN, below zero) are left out, with a note."""
     found = expo.first(alts)
     if found is None:
         return None
     out: dict[str, list[float]] = {}
     for p in found[1]:
-        out.setdefault(_model_of(p, names), []).append(p.value)
+        if not _bad_value(found[0].name, p.value, what, notes):
+            out.setdefault(_model_of(p, names), []).append(p.value)
     return out
 
 
@@ -267,9 +444,9 @@ def _mean_gauge(g: dict[str, list[float]] | None) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _kv_usage(expo: Exposition, names: KindNames, model: str | None) -> float | None:
-    used = _gauge(expo, names, names.kv_blocks_used)
-    total = _gauge(expo, names, names.kv_blocks_max)
+def _kv_usage(expo: Exposition, names: KindNames, model: str | None, notes: list[str]) -> float | None:
+    used = _gauge(expo, names, names.kv_blocks_used, notes, "block count")
+    total = _gauge(expo, names, names.kv_blocks_max, notes, "block count")
     if used is not None and total is not None:
         if model is None:
             # Each model has its own pool: report the fullest one, like the max over engines.
@@ -278,7 +455,7 @@ def _kv_usage(expo: Exposition, names: KindNames, model: str | None) -> float | 
             return max(ratios) if ratios else None
         return _kv_ratio(used, total, model)
     # Engines / TP ranks of one model: the fullest engine (max), since it preempts first.
-    return _max_gauge(_gauge(expo, names, names.kv_usage), model)
+    return _max_gauge(_gauge(expo, names, names.kv_usage, notes, "share of the KV cache"), model)
 
 
 def _kv_ratio(used: dict[str, list[float]], total: dict[str, list[float]], model: str) -> float | None:
@@ -338,8 +515,9 @@ def _summarize(
     def window(role: str) -> float | None:
         return None if base is None else _sum(_delta(new, base, role))
 
-    running = _gauge(expo, names, names.running)
-    waiting = _gauge(expo, names, names.waiting)
+    notes = new.notes
+    running = _gauge(expo, names, names.running, notes, "request count")
+    waiting = _gauge(expo, names, names.waiting, notes, "request count")
     preempt = new.counters.get("preemptions")
 
     hits, queries = window("prefix_hits"), window("prefix_queries")
@@ -348,12 +526,12 @@ def _summarize(
     if "prefix_hits" in new.counters and "prefix_queries" in new.counters:
         prefix_rate = _ratio(hits, queries)
     else:
-        prefix_rate = _mean_gauge(_gauge(expo, names, names.prefix_hit_rate_gauge))
+        prefix_rate = _mean_gauge(_gauge(expo, names, names.prefix_hit_rate_gauge, notes, "hit rate"))
 
     if "spec_drafted" in new.counters:
         spec_rate = _ratio(window("spec_accepted"), window("spec_drafted"))
     else:
-        spec_rate = _mean_gauge(_gauge(expo, names, names.spec_accept_rate_gauge))
+        spec_rate = _mean_gauge(_gauge(expo, names, names.spec_accept_rate_gauge, notes, "acceptance rate"))
 
     outcomes: tuple[tuple[str, float], ...] = ()
     finished_per_s = None
@@ -374,7 +552,7 @@ def _summarize(
                 engines=_engines(expo, names, m),
                 requests_running=_sum_gauge(running, m),
                 requests_waiting=_sum_gauge(waiting, m),
-                kv_cache_usage=_kv_usage(expo, names, m),
+                kv_cache_usage=_kv_usage(expo, names, m, notes),
                 preemptions_total=_sum(preempt, m),
                 prompt_tokens_per_s=rate("prompt_tokens", m),
                 generation_tokens_per_s=rate("generation_tokens", m),
@@ -389,8 +567,8 @@ def _summarize(
         models=models,
         requests_running=_sum_gauge(running),
         requests_waiting=_sum_gauge(waiting),
-        requests_swapped=_sum_gauge(_gauge(expo, names, names.swapped)),
-        kv_cache_usage=_kv_usage(expo, names, None),
+        requests_swapped=_sum_gauge(_gauge(expo, names, names.swapped, notes, "request count")),
+        kv_cache_usage=_kv_usage(expo, names, None, notes),
         preemptions_total=_sum(preempt),
         preemptions_per_s=rate("preemptions"),
         prompt_tokens_per_s=rate("prompt_tokens"),
@@ -401,6 +579,9 @@ def _summarize(
         server_tpot_ms=tracker.latency("tpot", names.tpot, new, base),
         server_e2e_ms=tracker.latency("e2e", names.e2e, new, base),
         server_queue_ms=tracker.latency("queue", names.queue, new, base),
+        server_prefill_ms=tracker.latency("prefill", names.prefill, new, base),
+        server_decode_ms=tracker.latency("decode", names.decode, new, base),
+        server_inference_ms=tracker.latency("inference", names.inference, new, base),
         prefix_cache_hit_rate=prefix_rate,
         spec_decode_acceptance_rate=spec_rate,
         outcomes=outcomes,
@@ -410,4 +591,6 @@ def _summarize(
         last_restart_time=tracker.last_restart_time,
         per_model=tuple(per_model),
         scraped_at=wall,
+        notes=tuple(notes),
+        ttft_intervals=tracker.ttft_intervals(names.ttft),
     )

@@ -21,7 +21,7 @@ from lpxtop.engine.httpclient import (
     RemoteProtocolError,
     WriteError,
 )
-from lpxtop.engine.metric_names import BY_KIND, KindNames, family_names, histogram_names
+from lpxtop.engine.metric_names import BY_KIND, KindNames, family_names, histogram_names, sample_name
 from lpxtop.engine.server_exposition import Exposition, NotPrometheusText, short_reason
 from lpxtop.engine.server_kinds import auth_headers, detect_kind, probe_kind
 from lpxtop.engine.server_ollama import looks_like_ps, ollama_metrics
@@ -39,6 +39,7 @@ REQUEST_HEADERS = {
     "Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
 }
 NO_METRICS_STATUSES = (401, 403, 404, 405, 501)
+MAX_PAGE_NAMES = 20_000  # distinct names looked at to tell the kind (a vLLM page has ~150)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +47,21 @@ class _Answer:
     status_code: int
     content_type: str
     body: bytes
+
+
+class PageNames:
+    """The metric names on a page, read from the start of each sample line (no parsing): enough for
+    detect_kind, which looks only at name prefixes."""
+
+    def __init__(self, text: str) -> None:
+        names: set[str] = set()
+        for line in text.split("\n"):
+            line = line.strip()
+            if line and line[0] != "#":
+                names.add(sample_name(line))
+                if len(names) >= MAX_PAGE_NAMES:
+                    break
+        self.names = names
 
 
 class ServerScraper:
@@ -65,6 +81,7 @@ class ServerScraper:
         recheck_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        perf_ns: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
         self.endpoint = endpoint
         self.window_s = window_s
@@ -72,6 +89,7 @@ class ServerScraper:
         self.recheck_s = recheck_s
         self._clock = clock
         self._wall = wall_clock
+        self._perf_ns = perf_ns  # the probes' clock: places each histogram read among the probes
         self.tracker = MetricsTracker(window_s)
         forced = (endpoint.server_kind or "").lower() or None
         self._forced = forced if forced in BY_KIND or forced in ("ollama", "openai") else None
@@ -83,6 +101,7 @@ class ServerScraper:
         self._skip_until = 0.0
         self._inflight: asyncio.Future[ServerMetrics] | None = None
         self._reparser: ReParser | None = None  # parses the known kind's families, page after page
+        self._force_histograms = False  # this scrape reads the histograms whatever the schedule
 
     @property
     def last(self) -> ServerMetrics | None:
@@ -103,14 +122,21 @@ class ServerScraper:
         if self._inflight is not None and not self._inflight.done():
             self._inflight.cancel()
 
-    async def scrape(self, client: HttpClient) -> ServerMetrics:
-        """One bounded scrape (about `timeout_s` at most); never raises."""
+    async def scrape(self, client: HttpClient, *, histograms: bool = False) -> ServerMetrics:
+        """One bounded scrape (about `timeout_s` at most); never raises.
+
+        `histograms=True` reads the latency histograms whatever the schedule (HISTOGRAMS_EVERY_S): for a
+        last scrape whose window must cover every probe before it (`lpxtop once`).
+        """
+        if histograms and self._inflight is not None and not self._inflight.done():
+            await asyncio.shield(self._inflight)  # that one may leave them out: then one that reads them
         if self._inflight is None or self._inflight.done():
-            self._inflight = asyncio.ensure_future(self._scrape_once(client))
+            self._inflight = asyncio.ensure_future(self._scrape_once(client, histograms))
         # shield: a cancelled caller must not cancel the scrape another caller is waiting on.
         return await asyncio.shield(self._inflight)
 
-    async def _scrape_once(self, client: HttpClient) -> ServerMetrics:
+    async def _scrape_once(self, client: HttpClient, histograms: bool = False) -> ServerMetrics:
+        self._force_histograms = histograms
         try:
             result = await self._scrape(client)
         except Exception as e:  # a bug here must not take the engine down
@@ -127,14 +153,18 @@ class ServerScraper:
             return self._last
         url = self.endpoint.effective_metrics_url
         started = self._clock()
+        asked_ns = self._perf_ns()
         answer = await self._get(client, url, MAX_METRICS_BYTES, "/metrics")
         if isinstance(answer, ServerMetrics):
             return answer
+        answered_ns = self._perf_ns()
         now, wall = self._clock(), self._wall()
         if answer.status_code == 200:
             # Parsing a vLLM page takes ~20 ms of pure Python: off the event loop, so the probes'
             # byte-arrival timestamps on that loop are not held up by it.
-            return await asyncio.to_thread(self._parse, answer, (now - started) * 1000.0, now, wall)
+            return await asyncio.to_thread(
+                self._parse, answer, (now - started) * 1000.0, now, wall, (asked_ns, answered_ns)
+            )
         if answer.status_code == 404 and self._ollama is None:
             self._ollama = await self._is_ollama(client)
             if self._ollama:
@@ -147,44 +177,73 @@ class ServerScraper:
                 self._asked_kind = await probe_kind(client, self.endpoint)
         return self._http_status(answer)
 
-    def _parse(self, answer: _Answer, scrape_ms: float, now: float, wall: float) -> ServerMetrics:
+    def _parse(
+        self, answer: _Answer, scrape_ms: float, now: float, wall: float, stamps: tuple[int, int] | None = None
+    ) -> ServerMetrics:
+        """Read one page: only the lines of the families the server's kind has (metric_names), as
+        prometheus_client reads them, on the first scrape as on every later one.
+
+        The kind comes from the names on the page (or the config); a page that names no known server is
+        parsed whole only to say what it is. Lines of other families are not read: a line there that
+        prometheus_client would refuse does not blind lpxtop to the queue (Prometheus would drop the
+        whole scrape), and the first scrape reads a page exactly as the later ones do.
+        """
         text = answer.body.decode("utf-8", errors="replace")
+        asked_ns, answered_ns = stamps if stamps is not None else (None, None)
         if self._names is not None:
-            # The kind is known: parse only the families its table reads, and of those only the lines
-            # that changed since the last scrape. A page without them (another server took the port)
-            # falls through to a full parse and a fresh detection.
-            families = family_names(self._names)
-            if self._reparser is None or self._reparser.families is not families:
-                self._reparser = ReParser(families, histogram_names(self._names))
-            histograms = self.tracker.wants_histograms(now)
+            # The kind is known: parse its families, only the lines that changed since the last scrape.
+            # A page without them (another server took the port) goes on to a fresh detection.
+            histograms = self._force_histograms or self.tracker.wants_histograms(now)
             try:
-                expo = self._reparser.parse(text, histograms=histograms)
+                expo = self._reparser_for(self._names).parse(text, histograms=histograms)
             except NotPrometheusText:
                 expo = None
             if expo is not None and expo.families and (self._forced or detect_kind(expo) is self._names):
-                metrics = self.tracker.update(expo, self._names, now, wall, histograms=histograms)
+                metrics = self.tracker.update(expo, self._names, now, wall, histograms=histograms,
+                                              asked_ns=asked_ns, answered_ns=answered_ns)
                 return dataclasses.replace(metrics, scrape_ms=scrape_ms)
-        try:
-            expo = Exposition.parse(text)
-        except NotPrometheusText as e:
-            ctype = answer.content_type.split(";")[0].strip()
-            detail = f"{ctype}: {e}" if ctype and "text/plain" not in ctype else str(e)
-            return self._failed(f"error: /metrics is not Prometheus text ({detail})")
-        if expo.families == 0:
-            return self._failed("error: /metrics answered an empty page")
-        names = BY_KIND.get(self._forced or "") or detect_kind(expo)
+        names = BY_KIND.get(self._forced or "") or detect_kind(PageNames(text))
         if names is None:
-            sample = next(iter(sorted(expo.names)), "")
-            return self._failed(
-                f"unknown server: /metrics has no vLLM, SGLang, TGI, llama.cpp, Triton or LMDeploy "
-                f"metrics ({expo.families} families, e.g. {sample})"[:200],
-                kind="unknown",
-            )
+            return self._not_a_known_server(answer, text)
         if self._names is not None and names.kind != self._names.kind:
             self.tracker.reset_history()  # another server now answers on this port
         self._names = names
-        metrics = self.tracker.update(expo, names, now, wall)
+        histograms = True  # a first scrape, a new kind, or a page the lean parse found nothing on
+        try:
+            expo = self._reparser_for(names).parse(text, histograms=histograms)
+        except NotPrometheusText as e:
+            return self._not_prometheus_text(answer, str(e))
+        if expo.families == 0:
+            return self._failed("error: /metrics answered a page without the metrics of " + names.kind)
+        metrics = self.tracker.update(expo, names, now, wall, histograms=histograms,
+                                      asked_ns=asked_ns, answered_ns=answered_ns)
         return dataclasses.replace(metrics, scrape_ms=scrape_ms)
+
+    def _reparser_for(self, names: KindNames) -> ReParser:
+        families = family_names(names)
+        if self._reparser is None or self._reparser.families is not families:
+            self._reparser = ReParser(families, histogram_names(names))
+        return self._reparser
+
+    def _not_a_known_server(self, answer: _Answer, text: str) -> ServerMetrics:
+        """The status of a page with no known server's metrics: not metrics at all, empty, or another server."""
+        try:
+            expo = Exposition.parse(text)
+        except NotPrometheusText as e:
+            return self._not_prometheus_text(answer, str(e))
+        if expo.families == 0:
+            return self._failed("error: /metrics answered an empty page")
+        sample = next(iter(sorted(expo.names)), "")
+        return self._failed(
+            f"unknown server: /metrics has no vLLM, SGLang, TGI, llama.cpp, Triton or LMDeploy "
+            f"metrics ({expo.families} families, e.g. {sample})"[:200],
+            kind="unknown",
+        )
+
+    def _not_prometheus_text(self, answer: _Answer, reason: str) -> ServerMetrics:
+        ctype = answer.content_type.split(";")[0].strip()
+        detail = f"{ctype}: {reason}" if ctype and "text/plain" not in ctype else reason
+        return self._failed(f"error: /metrics is not Prometheus text ({detail})")
 
     def _http_status(self, answer: _Answer) -> ServerMetrics:
         code = answer.status_code
@@ -272,21 +331,6 @@ class ServerScraper:
             restarted=self.tracker.restarted_recently(self._clock()),
             scraped_at=self._wall(),
         )
-
-
-def time_outside_engine_ms(client_ttft_p50_ms: float | None, server: ServerMetrics | None) -> float | None:
-    """Time outside the engine: network, HTTP server, queueing in front of the engine.
-
-    Client-side TTFT p50 minus the server's own TTFT p50 (ms); None when either is unknown.
-    The server's p50 is interpolated inside a histogram bucket, so a client value a little below
-    it is resolution noise, reported as 0 rather than a negative time.
-    """
-    if client_ttft_p50_ms is None or server is None or server.server_ttft_ms is None:
-        return None
-    server_p50 = server.server_ttft_ms.p50
-    if server_p50 is None:
-        return None
-    return max(0.0, client_ttft_p50_ms - server_p50)
 
 
 def _refused(e: BaseException) -> bool:

@@ -2,30 +2,73 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 SERVER_KINDS = ("vllm", "sglang", "tgi", "llamacpp", "triton", "lmdeploy", "ollama", "openai", "unknown")
 
 
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else x
+
+
 def _round(x: float | None, digits: int = 4) -> float | None:
-    return None if x is None else round(x, digits)
+    # JSON has no Infinity or NaN: a value that is not finite is unknown (None)
+    return None if x is None or not math.isfinite(x) else round(x, digits)
 
 
 @dataclass(frozen=True)
 class ServerLatency:
-    """Server-side latency quantiles in ms, from histogram bucket deltas over the window.
+    """Server-side latency over the window, in ms, from the server's histogram (bucket and sum deltas).
 
-    Like Prometheus' ``histogram_quantile``: linear interpolation inside the bucket, so the
-    resolution is the server's bucket layout, not the true value. `count` is the number of
+    `mean` is exact: the growth of the histogram's sum over the growth of its count (Δsum/Δcount), the
+    same figure `vllm bench serve`'s mean compares with. `p50`/`p99` are estimates: the bucket layout
+    only says which bucket an observation fell in. Each is Prometheus' ``histogram_quantile`` clamped
+    into `p50_range`/`p99_range`, every value the true quantile can have given the buckets and the
+    sum (see server_histograms.estimate_quantile). `max_at_most` bounds the slowest observation (None:
+    some fell in the ``+Inf`` bucket and the sum does not bound them). `count` is the number of
     observations in the window.
     """
 
     p50: float | None
     p99: float | None
     count: float
+    mean: float | None = None
+    p50_range: tuple[float, float | None] | None = None
+    p99_range: tuple[float, float | None] | None = None
+    min_at_least: float | None = None
+    max_at_most: float | None = None
 
     def to_json(self) -> dict:
-        return {"p50": _round(self.p50, 3), "p99": _round(self.p99, 3), "count": self.count}
+        def span(r: tuple[float, float | None] | None) -> list | None:
+            return None if r is None else [_round(r[0], 3), _round(r[1], 3)]
+
+        return {
+            "p50": _round(self.p50, 3),
+            "p99": _round(self.p99, 3),
+            "count": self.count,
+            "mean": _round(self.mean, 3),
+            "estimate": True,  # p50/p99 are estimates within their ranges; mean and count are exact
+            "p50_range": span(self.p50_range),
+            "p99_range": span(self.p99_range),
+            "max_at_most": _round(self.max_at_most, 3),
+        }
+
+
+@dataclass(frozen=True)
+class TtftInterval:
+    """The server's TTFT histogram between two of its reads: what the client/engine gap pairs probes with.
+
+    `start_ns` is when the earlier read's answer arrived and `end_ns` when the later one was asked for
+    (``time.perf_counter_ns()``, the clock probes are stamped with), so every request the server
+    observed in between started after `start_ns` or was already running. `count`/`sum_ms` are the
+    histogram's growth (None when the layout changed or the sum is missing).
+    """
+
+    start_ns: int
+    end_ns: int
+    count: float | None
+    sum_ms: float | None
 
 
 @dataclass(frozen=True)
@@ -52,14 +95,14 @@ class ModelServerMetrics:
         return {
             "model": self.model,
             "engines": self.engines,
-            "requests_running": self.requests_running,
-            "requests_waiting": self.requests_waiting,
+            "requests_running": _finite(self.requests_running),
+            "requests_waiting": _finite(self.requests_waiting),
             "kv_cache_usage": _round(self.kv_cache_usage),
-            "preemptions_total": self.preemptions_total,
+            "preemptions_total": _finite(self.preemptions_total),
             "prompt_tokens_per_s": _round(self.prompt_tokens_per_s, 2),
             "generation_tokens_per_s": _round(self.generation_tokens_per_s, 2),
-            "vram_bytes": self.vram_bytes,
-            "size_bytes": self.size_bytes,
+            "vram_bytes": _finite(self.vram_bytes),
+            "size_bytes": _finite(self.size_bytes),
         }
 
 
@@ -92,6 +135,9 @@ class ServerMetrics:
     server_tpot_ms: ServerLatency | None = None
     server_e2e_ms: ServerLatency | None = None
     server_queue_ms: ServerLatency | None = None
+    server_prefill_ms: ServerLatency | None = None  # scheduled → first token (vLLM)
+    server_decode_ms: ServerLatency | None = None  # first token → last (vLLM)
+    server_inference_ms: ServerLatency | None = None  # scheduled → last (vLLM, TGI)
     prefix_cache_hit_rate: float | None = None  # 0..1
     spec_decode_acceptance_rate: float | None = None  # 0..1
     outcomes: tuple[tuple[str, float], ...] = ()  # finished requests by reason over the window
@@ -104,25 +150,31 @@ class ServerMetrics:
     per_model: tuple[ModelServerMetrics, ...] = ()
     scraped_at: float | None = None  # wall clock of this scrape
     scrape_ms: float | None = None  # how long the HTTP request took
+    # What lpxtop set aside from this page and why ("vllm:num_requests_waiting is +Inf: shown as --")
+    notes: tuple[str, ...] = ()
+    # The TTFT histogram read by read over the window, oldest first (for the client/engine gap)
+    ttft_intervals: tuple[TtftInterval, ...] = ()
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
-    def to_json(self) -> dict:
+    def to_json(self, ttft_gap: dict | None = None) -> dict:
+        """JSON form; `ttft_gap` (TtftGap.to_json(), computed with the probes) goes in as "ttft_gap_ms"."""
+
         def lat(x: ServerLatency | None) -> dict | None:
             return x.to_json() if x is not None else None
 
-        return {
+        out = {
             "kind": self.kind,
             "status": self.status,
-            "requests_running": self.requests_running,
-            "requests_waiting": self.requests_waiting,
+            "requests_running": _finite(self.requests_running),
+            "requests_waiting": _finite(self.requests_waiting),
             "kv_cache_usage": _round(self.kv_cache_usage),
-            "preemptions_total": self.preemptions_total,
+            "preemptions_total": _finite(self.preemptions_total),
             "variant": self.variant,
             "models": list(self.models),
-            "requests_swapped": self.requests_swapped,
+            "requests_swapped": _finite(self.requests_swapped),
             "preemptions_per_s": _round(self.preemptions_per_s, 3),
             "prompt_tokens_per_s": _round(self.prompt_tokens_per_s, 2),
             "generation_tokens_per_s": _round(self.generation_tokens_per_s, 2),
@@ -132,16 +184,23 @@ class ServerMetrics:
             "server_tpot_ms": lat(self.server_tpot_ms),
             "server_e2e_ms": lat(self.server_e2e_ms),
             "server_queue_ms": lat(self.server_queue_ms),
+            "server_prefill_ms": lat(self.server_prefill_ms),
+            "server_decode_ms": lat(self.server_decode_ms),
+            "server_inference_ms": lat(self.server_inference_ms),
             "prefix_cache_hit_rate": _round(self.prefix_cache_hit_rate),
             "spec_decode_acceptance_rate": _round(self.spec_decode_acceptance_rate),
             "outcomes": dict(self.outcomes),
             "window_s": _round(self.window_s, 1),
             "restarted": self.restarted,
             "restart_count": self.restart_count,
-            "last_restart_time": self.last_restart_time,
+            "last_restart_time": _finite(self.last_restart_time),
             "models_loaded": self.models_loaded,
-            "vram_bytes": self.vram_bytes,
+            "vram_bytes": _finite(self.vram_bytes),
             "per_model": [m.to_json() for m in self.per_model],
-            "scraped_at": self.scraped_at,
+            "scraped_at": _finite(self.scraped_at),
             "scrape_ms": _round(self.scrape_ms, 1),
+            "notes": list(self.notes),
         }
+        if ttft_gap is not None:
+            out["ttft_gap_ms"] = ttft_gap
+        return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from lpxtop.model.agent import AgentView
 from lpxtop.model.alerts import Alert
@@ -13,6 +14,7 @@ from lpxtop.model.host import HostSnapshot
 from lpxtop.model.ports import LeftoverProcess, PortStatus
 from lpxtop.model.probe import Percentiles, Sample
 from lpxtop.model.server import ServerMetrics
+from lpxtop.model.server_gap import TtftGap, ttft_gap
 
 SCHEMA = 1
 
@@ -126,6 +128,11 @@ class EndpointView:
             return self.window_error_rate
         return sum(1 for s in self.samples if not s.ok) / len(self.samples)
 
+    @cached_property
+    def ttft_gap(self) -> TtftGap:
+        """Time outside the engine: the probes' TTFT minus the server's own, where they compare (server_gap)."""
+        return ttft_gap(self.samples, self.server)
+
     @property
     def recent_errors(self) -> tuple[Sample, ...]:
         return tuple(s for s in self.samples if not s.ok)[-20:]
@@ -153,7 +160,7 @@ class EndpointView:
             "output_tokens": p(self.output_tokens),
             "output_tokens_approximate": self.output_tokens_approx,
             "latency_includes_client_limited": self.percentiles_with_client_limited,
-            "server": self.server.to_json() if self.server is not None else None,
+            "server": self.server.to_json(ttft_gap=self.ttft_gap.to_json()) if self.server is not None else None,
             "server_while_probing": self.server_summary.to_json() if self.server_summary is not None else None,
             "last_error": self.last_error,
             "agent": self.agent.to_json() if self.agent is not None else None,

@@ -34,3 +34,18 @@ def test_detail_screen(snap_compare, theme, size):
 def test_empty_main_screen(snap_compare):
     _, app = make_app(empty_snapshot())
     assert snap_compare(app, terminal_size=(80, 24))
+
+
+def test_detail_server_tab(snap_compare):
+    """The server's own latency: exact means, `~` estimates with their ranges, and the gap's method."""
+    from textual.widgets import TabbedContent
+
+    _, app = make_app(theme="lpxtop-dark")
+
+    async def server_tab(pilot) -> None:
+        await pilot.press("down", "down", "enter")
+        await pilot.pause()
+        app.screen.query_one("#detail-tabs", TabbedContent).active = "tab-server"
+        await pilot.pause()
+
+    assert snap_compare(app, run_before=server_tab, terminal_size=(120, 32))

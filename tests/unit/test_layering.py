@@ -20,6 +20,7 @@ HEADLESS_MODULES = [
     "lpxtop.jsonout",
     "lpxtop.engine.httpclient",
     "lpxtop.model",
+    "lpxtop.model.server_gap",
     "lpxtop.assemble",
     "lpxtop.report",
     "lpxtop.cli",

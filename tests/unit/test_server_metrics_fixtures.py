@@ -79,22 +79,54 @@ def test_vllm_v1_idle_then_after_load_window() -> None:
     assert m.server_ttft_ms.count == 16
     assert m.server_ttft_ms.p50 == pytest.approx(10.0)
     assert m.server_ttft_ms.p99 == pytest.approx(19.8)
-    # ITL lines 317/336: 22 -> 2766, all in le 0.01: p50 = 0.01 * 1372/2744, p99 = 0.01 * 0.99
+    # The exact mean, Δsum/Δcount: TTFT _sum 0.033608 -> 0.182399 over 16 observations = 9.2994 ms.
+    assert m.server_ttft_ms.mean == pytest.approx((0.18239879608154297 - 0.033608198165893555) / 16 * 1000)
+    # p99's rank 16 (the slowest) is in (10, 20] ms with 7 others of that bucket below it. From below:
+    # with the 8 faster ones at their bucket tops (4 * 5 + 4 * 10 ms) the 8 of this bucket share the
+    # remaining 88.79 ms, and the slowest is at least their mean, 11.099 ms. From above: with everyone
+    # else at their bucket bottoms it could be 148.79 - 4 * 1 - 4 * 5 - 7 * 10 = 54.8 ms, which the
+    # bucket's 20 ms beats.
+    assert m.server_ttft_ms.p99_range == (pytest.approx(11.0988, abs=1e-3), pytest.approx(20.0))
+    assert m.server_ttft_ms.p50_range == (pytest.approx(5.0), pytest.approx(10.0))
+    assert m.server_ttft_ms.max_at_most == pytest.approx(20.0)
+    # ITL lines 317/336: 22 -> 2766 observations, all in le 0.01; _sum 0.031779 -> 2.967383 s, a mean of
+    # 1.0698 ms. Interpolation inside the 0-10 ms bucket would say p50 = 5 ms; the sum says the 1373
+    # observations at or above the median add up to at most 2935.6 ms: p50 <= 2935.6 / 1373 = 2.138 ms.
     assert m.server_itl_ms is not None
-    assert (m.server_itl_ms.p50, m.server_itl_ms.count) == (pytest.approx(5.0), 2744)
-    assert m.server_itl_ms.p99 == pytest.approx(9.9)
-    # request_time_per_output_token line 344: 2 -> 18, all in le 0.01
-    assert m.server_tpot_ms is not None and m.server_tpot_ms.p50 == pytest.approx(5.0)
-    # E2E lines 371/372/392: le 0.3: 2->17 (15), 0.5: 2->18 (16), +Inf 16.
-    # p50: rank 8 -> 0.3 * 8/15 = 0.16 s; p99: rank 15.84 -> 0.3 + 0.2 * 0.84/1 = 0.468 s
+    assert m.server_itl_ms.count == 2744
+    assert m.server_itl_ms.mean == pytest.approx((2.9673834859997896 - 0.031779044000018075) / 2744 * 1000)
+    assert m.server_itl_ms.p50 == pytest.approx(2935.6044419997696 / 1373)
+    assert m.server_itl_ms.p50_range == (0.0, pytest.approx(2935.6044419997696 / 1373))
+    assert m.server_itl_ms.p99 == pytest.approx(9.9)  # interpolated; the sum allows it
+    # request_time_per_output_token line 344: 2 -> 18, all in le 0.01; _sum 0.0027763 -> 0.0206979 s
+    assert m.server_tpot_ms is not None
+    assert m.server_tpot_ms.mean == pytest.approx((0.020697860493761534 - 0.0027763377142892274) / 16 * 1000)
+    assert m.server_tpot_ms.p50 == pytest.approx((0.020697860493761534 - 0.0027763377142892274) / 9 * 1000)
+    # E2E lines 371/372/392: le 0.3: 2->17 (15), 0.5: 2->18 (16), +Inf 16; sum 3.0808 s, mean 192.55 ms.
+    # p50: rank 8 -> 0.3 * 8/15 = 0.16 s; p99: rank 15.84 -> 0.3 + 0.2 * 0.84/1 = 0.468 s; the sum allows
+    # both: p50 >= (3080.8 - 500 - 7 * 300) / 8 = 60.1 ms, p99 in its bucket (300, 500].
     assert m.server_e2e_ms is not None
     assert m.server_e2e_ms.p50 == pytest.approx(160.0)
     assert m.server_e2e_ms.p99 == pytest.approx(468.0)
-    # Queue lines 400/421: all 16 in the first bucket (le 0.3): p50 = 0.15 s, p99 = 0.297 s.
-    # (The real queue time is far smaller: this is the bucket layout's resolution.)
+    assert m.server_e2e_ms.mean == pytest.approx((3.145355701446533 - 0.06452536582946777) / 16 * 1000)
+    assert m.server_e2e_ms.p50_range == (pytest.approx((3080.830335617065 - 500 - 7 * 300) / 8), 300.0)
+    assert m.server_e2e_ms.p99_range == (300.0, 500.0)
+    # Queue lines 400/421: all 16 in the first bucket (le 0.3); the bucket alone would say p50 = 150 ms.
+    # The sum grew 0.0000542 -> 0.0003322 s: 0.278 ms for 16 requests, a mean of 0.0174 ms, so the 9
+    # at or above the median add up to at most 0.278 ms: p50 <= 0.0309 ms, and no request waited longer
+    # than 0.278 ms (issue 19: an idle vLLM must not read 150 ms).
+    queue_sum_ms = (0.0003322320000052059 - 5.422100002760999e-05) * 1000
     assert m.server_queue_ms is not None
-    assert m.server_queue_ms.p50 == pytest.approx(150.0)
-    assert m.server_queue_ms.p99 == pytest.approx(297.0)
+    assert m.server_queue_ms.mean == pytest.approx(queue_sum_ms / 16)
+    assert m.server_queue_ms.p50 == pytest.approx(queue_sum_ms / 9)
+    assert m.server_queue_ms.p50 < 0.05 and m.server_queue_ms.p99 <= queue_sum_ms + 1e-9
+    assert m.server_queue_ms.max_at_most == pytest.approx(queue_sum_ms)
+    # The phases after the queue (V1 only): prefill 0.015170 -> 0.083179 s, decode and inference too.
+    assert m.server_prefill_ms is not None and m.server_decode_ms is not None and m.server_inference_ms is not None
+    assert m.server_prefill_ms.mean == pytest.approx((0.08317895600009706 - 0.015170444999967003) / 16 * 1000)
+    assert m.server_decode_ms.mean == pytest.approx((2.9673834859997896 - 0.031779044000018075) / 16 * 1000)
+    assert m.server_inference_ms.mean == pytest.approx((3.0505624419998867 - 0.04694948899998508) / 16 * 1000)
+    assert m.notes == ()
     assert m.restarted is False and m.restart_count == 0  # process_start_time_seconds equal (line 27)
     assert m.per_model[0].generation_tokens_per_s == pytest.approx(276.0)
 

@@ -327,3 +327,27 @@ async def test_a_server_that_always_drops_is_an_error_after_two_tries() -> None:
         m = await ServerScraper(endpoint(origin)).scrape(client)
     assert m.status.startswith("error: /metrics request failed (RemoteProtocolError"), m.status
     assert seen == [1, 2]
+
+
+async def test_a_last_scrape_can_ask_for_the_histograms() -> None:
+    """Between two histogram reads (every 10 s) the last ones stand in; `once`'s last scrape must cover
+    every probe before it, so it can ask for them."""
+    name = "vllm:time_to_first_token_seconds"
+    pages = [f'vllm:num_requests_running 0\n{name}_bucket{{le="0.1"}} {n}\n{name}_bucket{{le="+Inf"}} {n}\n'
+             f'{name}_count {n}\n{name}_sum {n * 0.05}\n' for n in (0, 2, 5, 9)]
+
+    async def handle(request: web.Request) -> web.Response:
+        return web.Response(text=pages.pop(0), content_type="text/plain")
+
+    now = [100.0]
+    async with serve({"/metrics": handle}) as origin, http_client() as client:
+        scraper = ServerScraper(endpoint(origin), clock=lambda: now[0])
+        for _ in range(2):  # the first two read them
+            await scraper.scrape(client)
+            now[0] += 2.0
+        carried = await scraper.scrape(client)  # 2 s after the last read: the last ones stand in
+        now[0] += 2.0
+        forced = await scraper.scrape(client, histograms=True)
+    assert carried.server_ttft_ms is not None and carried.server_ttft_ms.count == 2
+    assert forced.server_ttft_ms is not None and forced.server_ttft_ms.count == 9
+    assert forced.server_ttft_ms.mean == pytest.approx(50.0)

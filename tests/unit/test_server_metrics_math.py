@@ -12,14 +12,16 @@ from lpxtop.engine.metric_names import BY_KIND, VLLM
 from lpxtop.engine.server_exposition import Exposition, NotPrometheusText
 from lpxtop.engine.server_histograms import bucket_delta, histogram_quantile, merge
 from lpxtop.engine.server_tracker import MetricsTracker
-from lpxtop.engine.servers import time_outside_engine_ms
 from lpxtop.model.server import ServerLatency, ServerMetrics
 
 INF = math.inf
 
 
-def ttft(b01: int, b02: int, b05: int, inf: int, model: str = "m", engine: str = "0") -> str:
+def ttft(b01: int, b02: int, b05: int, inf: int, model: str = "m", engine: str = "0",
+         total: float | None = None) -> str:
     labels = f'engine="{engine}",model_name="{model}"'
+    if total is None:  # every observation at the middle of its bucket (1 s above the last bound)
+        total = b01 * 0.05 + (b02 - b01) * 0.15 + (b05 - b02) * 0.35 + (inf - b05) * 1.0
     return (
         "# TYPE vllm:time_to_first_token_seconds histogram\n"
         f'vllm:time_to_first_token_seconds_bucket{{{labels},le="0.1"}} {b01}\n'
@@ -27,7 +29,7 @@ def ttft(b01: int, b02: int, b05: int, inf: int, model: str = "m", engine: str =
         f'vllm:time_to_first_token_seconds_bucket{{{labels},le="0.5"}} {b05}\n'
         f'vllm:time_to_first_token_seconds_bucket{{{labels},le="+Inf"}} {inf}\n'
         f"vllm:time_to_first_token_seconds_count{{{labels}}} {inf}\n"
-        f"vllm:time_to_first_token_seconds_sum{{{labels}}} 1.0\n"
+        f"vllm:time_to_first_token_seconds_sum{{{labels}}} {total}\n"
     )
 
 
@@ -51,7 +53,17 @@ def test_quantiles_from_bucket_deltas_not_lifetime() -> None:
     # p50: rank 25 in (0.1, 0.2]: 0.1 + 0.1 * (25-10)/(40-10) = 0.15 s
     # p99: rank 49.5 in (0.2, 0.5]: 0.2 + 0.3 * (49.5-40)/(50-40) = 0.485 s
     # (Lifetime buckets would give a p50 of 0.1417 s instead.)
-    assert m.server_ttft_ms == ServerLatency(p50=pytest.approx(150.0), p99=pytest.approx(485.0), count=50)
+    assert m.server_ttft_ms == window_0_to_10
+
+
+# ... and with the sum (every observation at its bucket's middle: 8.5 s in all) the exact mean, and
+# the ranges the quantiles can be in: p50's rank 25 is in (0.1, 0.2]; p99's rank 50 in (0.2, 0.5], and
+# the sum says at least 0.15 s (8.5 - 10 * 0.1 - 30 * 0.2 left for the last 10), which the bucket beats.
+window_0_to_10 = ServerLatency(
+    p50=pytest.approx(150.0), p99=pytest.approx(485.0), count=50, mean=pytest.approx(170.0),
+    p50_range=(pytest.approx(100.0), pytest.approx(200.0)), p99_range=(pytest.approx(200.0), pytest.approx(500.0)),
+    min_at_least=0.0, max_at_most=pytest.approx(500.0),
+)
 
 
 def test_histogram_quantile_edges() -> None:
@@ -268,17 +280,6 @@ def test_spec_decode_acceptance() -> None:
     assert VLLM.spec_drafted  # the table names it
 
 
-def test_time_outside_engine() -> None:
-    server = ServerMetrics(kind="vllm", server_ttft_ms=ServerLatency(p50=10.0, p99=20.0, count=5))
-    assert time_outside_engine_ms(50.0, server) == pytest.approx(40.0)
-    assert time_outside_engine_ms(5.0, server) == 0.0  # bucket resolution, not a negative time
-    assert time_outside_engine_ms(None, server) is None
-    assert time_outside_engine_ms(50.0, None) is None
-    assert time_outside_engine_ms(50.0, ServerMetrics(kind="tgi")) is None
-    idle = ServerMetrics(kind="vllm", server_ttft_ms=ServerLatency(p50=None, p99=None, count=0))
-    assert time_outside_engine_ms(50.0, idle) is None
-
-
 def test_history_stays_thin_and_the_window_still_slides() -> None:
     tracker = MetricsTracker(window_s=300.0)
     # One scrape a second for 20 minutes: 10 new requests per scrape, all under 0.1 s, except that
@@ -321,7 +322,7 @@ def test_histograms_are_read_every_10_s_and_stand_in_between() -> None:
     # rates follow every scrape: (300 - 100) / 2 s, then 200 / 6 s, then 200 / 2 s
     assert [m.generation_tokens_per_s for _, m in seen.values()][1:] == pytest.approx([50.0, 100.0, 200 / 6, 100.0])
     # between reads the TTFT of the last read stands in (the delta 0 -> 2 s, as in the test above) ...
-    first_window = ServerLatency(p50=pytest.approx(150.0), p99=pytest.approx(485.0), count=50)
+    first_window = window_0_to_10
     assert seen[2.0][1].server_ttft_ms == first_window
     assert seen[4.0][1].server_ttft_ms == first_window and seen[10.0][1].server_ttft_ms == first_window
     # ... and at 12 s the window 0 -> 12 s holds all 150 requests

@@ -18,7 +18,8 @@ from lpxtop.ui.formatting import fmt_ago, fmt_ms, fmt_pct, fmt_rate, truncate
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.widgets.agent_panel import AgentPanel
 from lpxtop.ui.widgets.charts import PlotextChart, endpoint_charts
-from lpxtop.ui.widgets.endpoints_table import STATUS_SYMBOLS, error_pct, server_ttft_p50_ms, ttft_gap_ms
+from lpxtop.ui.widgets.endpoints_table import STATUS_SYMBOLS, error_pct, gap_text, server_ttft_mean_ms
+from lpxtop.ui.widgets.server_latency import server_latency_text
 
 CHART_REDRAW_S = 2.0
 CHART_IDS = ("chart-ttft", "chart-e2e", "chart-itl", "chart-tokens", "chart-queue", "chart-kv")
@@ -46,12 +47,11 @@ def render_summary(view: EndpointView | None, name: str, now: float, palette: Pa
         text.append("  (" + ", ".join(f"{k} {n}" for k, n in sorted(view.errors.items())) + ")", style=palette.critical)
     p = view.ttft_ms
     text.append(f"  TTFT p50 {fmt_ms(p.p50 if p else None)} p99 {fmt_ms(p.p99 if p else None)} ms")
-    server_p50 = server_ttft_p50_ms(view)
-    if server_p50 is not None:
-        gap = ttft_gap_ms(view)
-        text.append(f"  server TTFT p50 {fmt_ms(server_p50)}", style=palette.muted)
-        if gap is not None:
-            text.append(f"  outside engine {gap:+.0f} ms", style=palette.accent)
+    server_mean = server_ttft_mean_ms(view)
+    if server_mean is not None:
+        text.append(f"  server TTFT mean {fmt_ms(server_mean)}", style=palette.muted)
+    if view.ttft_gap.value_ms is not None:
+        text.append(f"  outside engine {gap_text(view)} ms", style=palette.accent)
     tps = view.output_tokens_per_s
     text.append(f"  tok/s {fmt_rate(tps.p50 if tps else None)}{'~' if view.output_tokens_approx else ''}")
     return text
@@ -79,6 +79,8 @@ class DetailScreen(Screen):
         self._snap: Snapshot | None = None
         self._errors_key: tuple | None = None
         self._settings_key: object = None
+        self._server_key: object = None
+        self._mounted = False  # the app's poll can hand a snapshot over before on_mount made the tables
         self._charts_drawn_at = float("-inf")
 
     def compose(self) -> ComposeResult:
@@ -87,6 +89,8 @@ class DetailScreen(Screen):
             with TabPane("Charts", id="tab-charts"), VerticalScroll(id="charts-scroll"), Grid(id="charts"):
                 for chart_id in CHART_IDS:
                     yield PlotextChart(id=chart_id)
+            with TabPane("Server", id="tab-server"), VerticalScroll():
+                yield Static("", id="server-latency")
             with TabPane("Errors", id="tab-errors"):
                 yield DataTable(id="errors-table", cursor_type="row")
             with TabPane("Settings", id="tab-settings"):
@@ -99,8 +103,10 @@ class DetailScreen(Screen):
         table.add_column("Class", key="class", width=20)
         table.add_column("HTTP", key="http", width=4)
         table.add_column("Message", key="message")
+        self._mounted = True
         self.set_class(self.size.width >= WIDE, "-wide")
-        snap = getattr(self.app, "snapshot", None)
+        snap = self._snap if self._snap is not None else getattr(self.app, "snapshot", None)
+        self._snap = None  # one handed over before now was kept, not drawn
         await self._add_agent_tab(snap)
         if snap is not None:
             self.show_snapshot(snap)
@@ -130,7 +136,8 @@ class DetailScreen(Screen):
         if self._snap is not None and (snap is self._snap or (snap.seq == self._snap.seq and snap.seq != 0)):
             return
         self._snap = snap
-        self.rerender()
+        if self._mounted:
+            self.rerender()
 
     def rerender(self, force: bool = False) -> None:
         snap = self._snap
@@ -159,6 +166,10 @@ class DetailScreen(Screen):
         self._show_errors(view, snap.wall_time, palette, force)
         for panel in self.query(AgentPanel):
             panel.show(view, snap.wall_time, palette)
+        server_key = (view.server, view.ttft_gap, id(palette))
+        if server_key != self._server_key or force:
+            self._server_key = server_key
+            self.query_one("#server-latency", Static).update(server_latency_text(view, palette))
         if view.config != self._settings_key or force:
             self._settings_key = view.config
             self.query_one("#settings", Static).update(settings_text(view))

@@ -46,8 +46,9 @@ LEGEND = (
     "● up  ◐ degraded  ✖ down  … pending   ◇ discovered endpoint\n"
     "Times are in ms unless marked s. TTFT50/99: time to first token p50/p99; ITL50: inter-token latency;\n"
     "TPOT50: time per output token; E2E99: whole request p99; tok/s: decode rate p50; Q w/r: server\n"
-    "queue waiting/running; KV: KV-cache used; Gap: client TTFT p50 minus the server's own TTFT p50\n"
-    "(time spent outside the engine: network, proxy, queueing). `--`: the value is not known."
+    "queue waiting/running; KV: KV-cache used; Gap: time outside the engine (network, proxy, HTTP server):\n"
+    "the probes' TTFT minus the server's own for the same requests, `~` an estimate; `--` where nothing\n"
+    "compares (the detail screen's Server tab says why). `--`: the value is not known."
 )
 
 

@@ -9,9 +9,9 @@ from textual.containers import Horizontal
 from textual.widgets import Label, Static
 
 from lpxtop.model.snapshot import EndpointView
-from lpxtop.ui.formatting import fmt_ago, fmt_ms, fmt_signed_ms
+from lpxtop.ui.formatting import fmt_ago, fmt_signed_ms
 from lpxtop.ui.palette import Palette
-from lpxtop.ui.widgets.endpoints_table import server_ttft_p50_ms, ttft_gap_ms
+from lpxtop.ui.widgets.endpoints_table import gap_text
 from lpxtop.ui.widgets.spark_bars import SparkBars
 
 SPARK_POINTS = 60  # at most this many points: a sparkline narrower than that averages them
@@ -53,7 +53,7 @@ class EndpointStrip(Horizontal):
             spark.set_class(not queue, "-empty")
         # The time enters only through "(12s ago)" after a last error: without one the line stays put.
         info_key = (
-            (view.name, view.ttft_ms, server_ttft_p50_ms(view), view.last_error, view.last_error_time,
+            (view.name, view.ttft_gap, view.last_error, view.last_error_time,
              fmt_ago(view.last_error_time, now) if view.last_error else None, id(palette))
             if view
             else None
@@ -68,16 +68,14 @@ class EndpointStrip(Horizontal):
             return Text("")
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(view.name, style="bold")
-        gap = ttft_gap_ms(view)
-        if gap is not None:
+        gap = view.ttft_gap
+        if gap.value_ms is not None:
             text.append("  outside engine ")
-            text.append(fmt_signed_ms(gap) + " ms", style=palette.accent)
-            text.append(f" (client {fmt_ms(view.ttft_ms.p50 if view.ttft_ms else None)}"
-                        f" − server {fmt_ms(server_ttft_p50_ms(view))})", style=palette.muted)
-            if gap < 0:
-                # The server's histogram covers all its traffic (longer prompts included), the probe only
-                # itself: a negative gap means "no time lost outside the engine", not a clock error.
-                text.append(" ≈0: server p50 includes longer requests", style=palette.muted)
+            text.append(gap_text(view) + " ms", style=palette.accent)
+            if gap.estimate:
+                text.append(f" ({fmt_signed_ms(gap.low_ms)}…{fmt_signed_ms(gap.high_ms)})", style=palette.muted)
+            else:
+                text.append(f" (exact, {gap.probes} probe{'s' if gap.probes != 1 else ''})", style=palette.muted)
         text.append("  last error: ")
         if view.last_error:
             text.append(view.last_error, style=palette.critical)

@@ -30,17 +30,29 @@ STATUS_RANK = {"down": 0, "degraded": 1, "pending": 2, "up": 3}
 
 
 def server_ttft_p50_ms(view: EndpointView) -> float | None:
-    """The server's own TTFT p50 (from its histogram), when its metrics have one."""
+    """The server's own TTFT p50: an estimate from its histogram's buckets (see ServerLatency.p50_range)."""
     latency = getattr(view.server, "server_ttft_ms", None) if view.server is not None else None
     return getattr(latency, "p50", None)
 
 
+def server_ttft_mean_ms(view: EndpointView) -> float | None:
+    """The server's own TTFT mean over its window (exact: Δsum/Δcount of its histogram), when it has one."""
+    latency = getattr(view.server, "server_ttft_ms", None) if view.server is not None else None
+    return getattr(latency, "mean", None)
+
+
 def ttft_gap_ms(view: EndpointView) -> float | None:
-    """Time outside the engine: client TTFT p50 minus the server's own TTFT p50 (network, proxy, queueing)."""
-    server_p50 = server_ttft_p50_ms(view)
-    if view.ttft_ms is None or server_p50 is None:
-        return None
-    return view.ttft_ms.p50 - server_p50
+    """Time outside the engine (network, proxy, HTTP server): the probes' TTFT minus the server's own for
+    comparable requests (lpxtop.model.server_gap); None where nothing compares."""
+    return view.ttft_gap.value_ms
+
+
+def gap_text(view: EndpointView) -> str:
+    """The gap for a cell: `+6.2`, `~+4` for an estimate (a range stands behind it), `--` for none."""
+    gap = view.ttft_gap
+    if gap.value_ms is None:
+        return UNKNOWN
+    return ("~" if gap.estimate else "") + fmt_signed_ms(gap.value_ms)
 
 
 def error_pct(view: EndpointView) -> float | None:
@@ -118,7 +130,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("kind", "Server", 8, 5, lambda v, t: Cell(v.server_kind, "ok", False)),
     Column("ttft50", "TTFT50", 6, 1, lambda v, t: _ms_cell(_p(v.ttft_ms, "p50"), "ttft_p50_ms", t)),
     Column("ttft99", "TTFT99", 6, 1, lambda v, t: _ms_cell(_p(v.ttft_ms, "p99"), "ttft_p99_ms", t)),
-    Column("gap", "Gap", 6, 6, lambda v, t: Cell(fmt_signed_ms(ttft_gap_ms(v)), "ok" if ttft_gap_ms(v) is not None else "unknown")),
+    Column("gap", "Gap", 6, 6, lambda v, t: Cell(gap_text(v), "ok" if ttft_gap_ms(v) is not None else "unknown")),
     Column("itl", "ITL50", 5, 4, lambda v, t: _ms_cell(_p(v.itl_ms, "p50"), "itl_p50_ms", t)),
     Column("tpot", "TPOT50", 6, 8, lambda v, t: _ms_cell(_p(v.tpot_ms, "p50"), "tpot_p50_ms", t)),
     Column("tps", "tok/s", 5, 1, lambda v, t: Cell(fmt_rate(_p(v.output_tokens_per_s, "p50")), "ok" if v.output_tokens_per_s else "unknown")),
