@@ -154,7 +154,10 @@ def _ms_value(value: float) -> str:
 
 
 def _server_ms(value: float | None) -> str:
-    return "--" if value is None else (f"{value:.0f}" if value >= 100 else f"{value:.2g}" if value < 1 else f"{value:.1f}")
+    if not _finite(value):
+        return "--"
+    assert value is not None
+    return f"{value:.0f}" if value >= 100 else f"{value:.2g}" if value < 1 else f"{value:.1f}"
 
 
 def _server_latency_line(e: EndpointView) -> str | None:
@@ -176,7 +179,7 @@ def _server_latency_line(e: EndpointView) -> str | None:
                 text += f" p99 ~{_server_ms(latency.p99)}" + (f" (<= {_server_ms(high)})" if high is not None else "")
         parts.append(text)
     gap = e.ttft_gap
-    if gap.value_ms is not None:
+    if _finite(gap.value_ms):
         how = "estimate" if gap.estimate else "exact"
         parts.append(f"outside engine {'~' if gap.estimate else ''}{gap.value_ms:+.1f} ({how}, {gap.probes} probes)")
     elif parts:

@@ -69,6 +69,10 @@ class TtftGap:
         }
 
 
+# A TTFT beyond a day is no measurement (a hostile or broken sample): it cannot be placed on the clock.
+MAX_TTFT_MS = 86_400_000.0
+
+
 def ttft_gap(samples: Sequence[Sample], server: ServerMetrics | None) -> TtftGap:
     """The gap for one endpoint: its probes in the window (oldest first) against its server's metrics."""
     if server is None or not server.ok:
@@ -82,7 +86,7 @@ def ttft_gap(samples: Sequence[Sample], server: ServerMetrics | None) -> TtftGap
     probes = sorted(
         (s.start_ns, s.start_ns + int(s.ttft_ms * 1e6), s.ttft_ms, bool(getattr(s, "client_limited", False)))
         for s in samples
-        if s.ok and s.ttft_ms is not None and math.isfinite(s.ttft_ms)
+        if s.ok and s.ttft_ms is not None and math.isfinite(s.ttft_ms) and 0 <= s.ttft_ms < MAX_TTFT_MS
     )
     if not probes:
         return TtftGap(None, reason="no successful probe yet")

@@ -119,7 +119,7 @@ class DetailScreen(Screen):
         tabs = self.query_one("#detail-tabs", TabbedContent)
         agent_only = "chat" not in view.config.probes
         pane = TabPane("Agent", VerticalScroll(AgentPanel(id="agent-panel", markup=False)), id="tab-agent")
-        await tabs.add_pane(pane, before="tab-charts" if agent_only else "tab-errors")
+        await tabs.add_pane(pane, before="tab-charts" if agent_only else "tab-server")
         if agent_only:
             tabs.active = "tab-agent"
 
