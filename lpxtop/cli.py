@@ -20,7 +20,7 @@ from lpxtop.config import ConfigError, FileConfig, apply_overrides, endpoints_fr
 
 # Subcommands whose code lives in a package of its own: module -> `build_parser(command)` and
 # `run(command, args) -> int`. The module is imported only when its subcommand is used.
-PACKAGE_SUBCOMMANDS: dict[str, str] = {}
+PACKAGE_SUBCOMMANDS: dict[str, str] = {"load": "lpxtop.load.cli"}
 SUBCOMMANDS = ("demo", "once", "sim", *PACKAGE_SUBCOMMANDS)
 SWITCH_INTERVAL_S = 0.001
 

@@ -87,6 +87,8 @@ class EngineSettings:
     discover: bool = False
     discover_every_s: float = 30.0
     readonly: bool = False
+    # False: no probe loops (scrapes, GPU, host and ports only): `lpxtop load` measures with its own requests
+    probes: bool = True
 
 
 class _Waker:
@@ -403,7 +405,8 @@ class Engine:
         return state
 
     def _start_endpoint(self, state: _EndpointState, client: HttpClient) -> None:
-        state.tasks.append(asyncio.create_task(self._probe_loop(state, client), name=f"probe:{state.config.name}"))
+        if self.settings.probes:
+            state.tasks.append(asyncio.create_task(self._probe_loop(state, client), name=f"probe:{state.config.name}"))
         if state.scraper is not None:
             state.tasks.append(asyncio.create_task(self._scrape_loop(state, client), name=f"scrape:{state.config.name}"))
 

@@ -37,6 +37,9 @@ class EndpointConfig:
     server_kind: str | None = None  # force a server kind instead of detecting it
     discovered: bool = False
     extra: tuple[tuple[str, str], ...] = field(default=())
+    # Extra top-level fields of the request body, e.g. (("ignore_eos", True),) so a load test's output
+    # length is fixed on servers that honour it (vLLM, llama.cpp). Values are JSON values.
+    extra_body: tuple[tuple[str, object], ...] = ()
 
     @property
     def origin(self) -> str:
