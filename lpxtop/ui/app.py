@@ -163,6 +163,10 @@ class LpxtopApp(App):
         return QuietLinuxDriver if driver is LinuxDriver else driver
 
     def get_default_screen(self) -> Screen:
+        if getattr(self.source, "load_run", False):  # `lpxtop load`: the load test's own screen
+            from lpxtop.ui.screens.load import LoadScreen
+
+            return LoadScreen()
         return MainScreen()
 
     def poll(self) -> None:
@@ -241,6 +245,8 @@ class LpxtopApp(App):
         self.notify("demo surge on: watch TTFT and the queue grow" if self.surge else "demo surge off", timeout=3)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("pause", "reset", "interval") and getattr(self.source, "load_run", False):
+            return False  # a load test runs no probes: nothing to pause, reset or pace
         return action != "surge" or self.is_demo  # g is hidden from the footer outside the demo
 
 
