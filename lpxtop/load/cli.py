@@ -98,9 +98,10 @@ def build_parser(command: str) -> argparse.ArgumentParser:
                      "(--concurrency / --rate give the first load, default 1)")
     slo.add_argument("--max-level", type=_positive_float, metavar="N",
                      help="highest load the search may try (default 512 concurrent, 1000 req/s)")
-    slo.add_argument("--max-steps", type=_positive_int, default=12, metavar="N", help="most steps a search runs (default 12)")
+    slo.add_argument("--max-steps", type=_positive_int, default=16, metavar="N", help="most steps a search runs (default 16)")
     slo.add_argument("--precision", type=_positive_float, default=0.1, metavar="SHARE",
-                     help="a rate search stops when pass and fail are within this share (default 0.1)")
+                     help="a search stops when the last pass and the first fail are within this share "
+                     "(default 0.1; a concurrency search also when they are neighbours)")
     slo.add_argument("--fail-on-slo", action="store_true",
                      help="exit 3 when the SLO was missed (a listed step missed it, or a search found no capacity)")
     target = parser.add_argument_group("requests (as the probes)")

@@ -42,7 +42,7 @@ class LoadPlan:
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     slo: Slo | None = None
     seed: int = 0
-    max_steps: int = 12
+    max_steps: int = 16
     precision: float = 0.1
     lag_limit_ms: float = LAG_LIMIT_MS
     cpu_wait_limit: float = CPU_WAIT_LIMIT

@@ -3,8 +3,8 @@
 Two ways to choose the steps:
 - `Walk`: the user's list (`--concurrency 1,5,10,20`), in order; every step runs.
 - `CapacitySearch` (`--sweep concurrency|rate` with `--slo`): start low and double until a step fails,
-  then bisect between the last pass and the first fail; a concurrency search ends when they are
-  neighbours, a rate search when they are within `precision` of each other. A step fails when it misses
+  then bisect between the last pass and the first fail, until they are within `precision` of each other
+  (a concurrency search: or neighbours, so small concurrencies are found exactly). A step fails when it misses
   the SLO, when the server is over-saturated (`saturation`), or when lpxtop itself was short of CPU
   (`client_limited`: its figures cannot be trusted, so it bounds the search from above and is never the
   answer). A stopped (partial) step ends the search.
@@ -57,7 +57,7 @@ class CapacitySearch:
         max_level: float,
         *,
         precision: float = 0.1,
-        max_steps: int = 12,
+        max_steps: int = 16,
     ) -> None:
         self.mode = mode
         self.integer = mode != "rate"
@@ -97,6 +97,10 @@ class CapacitySearch:
             mid = (lo + hi) // 2
             if mid <= lo:
                 self._reason = f"the last pass and the first fail are neighbours ({int(lo)} and {int(hi)})"
+                return None
+            if hi - lo <= int(self.precision * lo):
+                self._reason = (f"the last pass and the first fail are within {self.precision * 100:g} % "
+                                f"({int(lo)} and {int(hi)})")
                 return None
             return float(mid)
         if (hi - lo) / hi <= self.precision:

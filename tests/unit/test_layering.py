@@ -21,6 +21,11 @@ HEADLESS_MODULES = [
     "lpxtop.report",
     "lpxtop.cli",
     "lpxtop.sim.server",
+    "lpxtop.model.load",
+    "lpxtop.load.cli",
+    "lpxtop.load.controller",
+    "lpxtop.load.source",
+    "lpxtop.load.report",
 ]
 
 
@@ -36,12 +41,12 @@ def test_module_does_not_import_textual_or_rich(module):
     assert result.returncode == 0, f"{module} pulled in: {result.stdout.strip()} {result.stderr[-500:]}"
 
 
-def test_whole_engine_package_has_no_textual_import_statement():
+@pytest.mark.parametrize("package", ["lpxtop.engine", "lpxtop.load"])
+def test_whole_headless_package_has_no_textual_import_statement(package):
+    import importlib
     from pathlib import Path
 
-    import lpxtop.engine
-
-    root = Path(lpxtop.engine.__file__).parent
+    root = Path(importlib.import_module(package).__file__).parent
     offenders = [
         str(p) for p in root.rglob("*.py")
         if any(line.lstrip().startswith(("import textual", "from textual", "import rich", "from rich"))

@@ -27,6 +27,7 @@ from lpxtop.ui.widgets.load_chart import SweepCharts
 from lpxtop.ui.widgets.load_steps import LoadStepPanel
 
 TALL = 36
+SHORT = 30  # below this many rows the GPU and host panels give their room to the charts (2 / 3 bring them back)
 
 
 def render_load_header(snap: Snapshot, load: LoadState, palette: Palette) -> Text:
@@ -55,6 +56,7 @@ class LoadScreen(Screen):
     LoadScreen #sweep-panel { height: 1fr; min-height: 8; }
     LoadScreen #load-lower { height: 9; }
     LoadScreen.-tall #load-lower { height: 12; }
+    LoadScreen.-short #load-lower { display: none; }
     LoadScreen #load-lower #gpu-panel { width: 1fr; height: 1fr; }
     LoadScreen #load-lower #host-panel { width: 1fr; height: 1fr; }
     """
@@ -88,7 +90,7 @@ class LoadScreen(Screen):
         self.query_one("#sweep-panel").border_title = "Sweep: one point per finished step"
         self.query_one("#gpu-panel").border_title = "GPU"
         self.query_one("#host-panel").border_title = "Host"
-        self.set_class(self.size.height >= TALL, "-tall")
+        self._apply_size_classes()
         self._mounted_once = True
         snap = getattr(self.app, "snapshot", None)
         if snap is not None:
@@ -96,8 +98,12 @@ class LoadScreen(Screen):
             self.show_snapshot(snap)
 
     def on_resize(self) -> None:
-        self.set_class(self.size.height >= TALL, "-tall")
+        self._apply_size_classes()
         self.call_after_refresh(self.rerender)
+
+    def _apply_size_classes(self) -> None:
+        self.set_class(self.size.height >= TALL, "-tall")
+        self.set_class(self.size.height < SHORT, "-short")
 
     def on_screen_resume(self) -> None:
         snap = getattr(self.app, "snapshot", None)
@@ -148,8 +154,13 @@ class LoadScreen(Screen):
         self.app.exit()
 
     def action_toggle_panel(self, panel_id: str) -> None:
-        widget = self.query_one(f"#{panel_id}")
-        widget.display = not widget.display
         lower = self.query_one("#load-lower")
+        widget = self.query_one(f"#{panel_id}")
+        if self.has_class("-short"):  # the panels were set aside for room: bring this one back
+            self.remove_class("-short")
+            for other in ("gpu-panel", "host-panel"):
+                self.query_one(f"#{other}").display = other == panel_id
+        else:
+            widget.display = not widget.display
         lower.display = self.query_one("#gpu-panel").display or self.query_one("#host-panel").display
         self.call_after_refresh(self.rerender)

@@ -124,6 +124,9 @@ def build_sweep(spec: SweepSpec, width: int, height: int, colors: tuple[RGB, ...
                 stroke = fig.signal([line.xs[0] - half, line.xs[0] + half], [line.ys[0]] * 2, marker=marker, yside=side)
                 stroke.lines()
                 fig.draw(stroke)
+        for right, (a, b) in spans.items():  # plain tick labels: plotext writes 2200 as "2.2e3"
+            ticks = _ticks(a, b, max(2, min(5, height // 3)))
+            fig.ruler("y", side="right" if right else "left").ticks(ticks, [_tick_text(t) for t in ticks])
         lo, hi = spans.get(False, spans.get(True, (0.0, 1.0)))
         for mark in spec.marks:
             if not x_low <= mark.x <= x_high:
@@ -140,6 +143,27 @@ def build_sweep(spec: SweepSpec, width: int, height: int, colors: tuple[RGB, ...
         return fig.build().string()
     finally:
         fig.clear()
+
+
+def _ticks(lo: float, hi: float, count: int) -> list[float]:
+    if hi <= lo:
+        return [lo]
+    step = (hi - lo) / (count - 1)
+    return [lo + i * step for i in range(count)]
+
+
+def _tick_text(value: float) -> str:
+    """At most 5 characters: 0.12, 3.4, 45.6, 1234, 12.3k."""
+    v = abs(value)
+    if v >= 99_950:
+        return f"{value / 1000:.0f}k"
+    if v >= 10_000:
+        return f"{value / 1000:.1f}k"
+    if v >= 100:
+        return f"{value:.0f}"
+    if v >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
 
 
 class SweepChart(Static):

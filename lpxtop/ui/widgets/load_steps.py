@@ -87,8 +87,8 @@ def step_row(step: StepResult, palette: Palette, *, knee: bool, capacity: bool) 
         "goodput": fmt_rate(step.request_goodput),
         "status": step.status,
     }
-    if step.status == "running":
-        row = {k: (v if isinstance(v, Text) else Text(v, style="italic")) for k, v in row.items()}
+    if step.status == "running":  # the step under way, over its requests so far
+        row = {k: (v if isinstance(v, Text) or k == "#" else Text(v, style="italic")) for k, v in row.items()}
     return row
 
 
