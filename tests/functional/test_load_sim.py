@@ -56,7 +56,7 @@ def test_capacity_search_finds_the_concurrency_the_simulator_serves_within_the_s
 def test_throughput_and_tokens_per_step_equal_what_the_simulator_recorded(load):
     cfg = SimConfig(max_num_seqs=8, itl_ms=8.0, ttft_ms=15.0, jitter=0.05, random_stop=True, seed=5)
     with start_sim_in_thread(cfg) as sim:
-        plan = plan_for(sim.url, output_tokens=24, duration_s=1.5, **load)
+        plan = plan_for(sim.url, output_tokens=24, duration_s=1.0, **load)
         run = run_plan(plan)
         records = {r.response_id: r for r in sim.server.records}
     (step,) = run.state.steps
@@ -113,3 +113,59 @@ def test_a_server_that_hangs_times_the_step_out_bounded():
     # bounded: warm-up + window + one request's timeout + the drain's grace, whatever the server does
     assert step.wall_s <= 0.2 + 1.0 + 1.0 + 2.0
     assert step.status == "done" and step.ttft_ms is None
+
+
+def test_input_token_sweep_aims_at_the_servers_own_prompt_counts_and_prefill_shows_in_ttft():
+    cfg = SimConfig(max_num_seqs=4, itl_ms=2.0, ttft_ms=5.0, prefill_ms_per_token=0.1, jitter=0.0,
+                    kv_tokens=65_536, max_model_len=8192, seed=6)
+    with start_sim_in_thread(cfg) as sim:
+        plan = plan_for(sim.url, mode="input_tokens", levels=(64.0, 1024.0), concurrency=1, output_tokens=8,
+                        duration_s=0.6, warmup_s=0.1)
+        run = run_plan(plan)
+    short, long = run.state.steps
+    for step in (short, long):
+        # the simulator counts one token per word: the calibration hits the target exactly
+        assert step.total_input_tokens == step.completed * step.level
+    # prefill: 0.1 ms per token, so ~96 ms more TTFT at 1024 tokens than at 64
+    assert long.ttft_ms.p50 - short.ttft_ms.p50 == pytest.approx((1024 - 64) * cfg.prefill_ms_per_token, abs=30)
+
+
+def test_without_the_random_prefix_the_prefix_cache_hides_prefill_and_lpxtop_says_so():
+    cfg = SimConfig(max_num_seqs=4, itl_ms=2.0, ttft_ms=5.0, jitter=0.0, seed=7)
+    with start_sim_in_thread(cfg) as sim:
+        plan = plan_for(sim.url, levels=(2.0,), output_tokens=8, input_tokens=512, duration_s=0.6, warmup_s=0.1,
+                        endpoint={"random_prefix": False})
+        run = run_plan(plan)
+    (step,) = run.state.steps
+    assert step.server.prefix_cache_hit_rate > 0.9
+    assert "prefix cache hit" in run.controller.prefix_cache_warning
+
+
+def test_a_step_whose_generator_was_late_is_client_limited_and_never_the_capacity():
+    cfg = SimConfig(max_num_seqs=4, itl_ms=5.0, ttft_ms=5.0, jitter=0.0, seed=9)
+    with start_sim_in_thread(cfg) as sim:
+        def hog_the_loop(kind: str, payload: dict, wall_time: float) -> None:
+            # runs on the generator's loop: hold it 60 ms out of every 100 ms during the step
+            if kind != "load_step_start":
+                return
+            import asyncio
+            import time
+
+            loop = asyncio.get_running_loop()
+            until = time.monotonic() + 1.5
+
+            def hog() -> None:
+                time.sleep(0.06)
+                if time.monotonic() < until:
+                    loop.call_later(0.04, hog)
+
+            loop.call_later(0.05, hog)
+
+        plan = plan_for(sim.url, levels=(2.0,), output_tokens=16, duration_s=0.8, warmup_s=0.1,
+                        slo=parse_slo("error_rate<=1%"), lag_limit_ms=20.0)
+        run = run_plan(plan, on_mark=hog_the_loop)
+    (step,) = run.state.steps
+    assert step.slo_met is True and step.client.limited
+    assert step.client.lag_p99_ms >= 40 and "event loop" in step.client.reason
+    assert run.state.capacity.level is None
+    assert "client-limited" in run.state.capacity.sentence
