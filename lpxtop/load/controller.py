@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -29,6 +30,7 @@ from lpxtop.load.search import capacity, knee, saturation
 from lpxtop.load.server_window import ServerWatch
 from lpxtop.load.step import StepRun, StepSpec
 from lpxtop.load.stepstats import RequestRecord, client_health, summarize
+from lpxtop.load.ticklag import TickLag
 from lpxtop.model.load import Capacity, LoadState, StepResult
 from lpxtop.model.probe import Sample
 
@@ -84,6 +86,7 @@ class LoadController:
         self._stop_requested = threading.Event()
         self._done = threading.Event()
         self._marks: list[MarkListener] = []
+        self._request_listeners: list[Callable[[int, RequestRecord], None]] = []
         self._changed: list[Callable[[LoadState], None]] = []
 
     # ---- any thread ----
@@ -95,6 +98,11 @@ class LoadController:
         """`listener(kind, payload, wall_time)` for "load_start", "load_step_start", "load_step_end",
         "load_end": where a recording marks the run (called on the load loop: return at once)."""
         self._marks.append(listener)
+
+    def add_request_listener(self, listener: Callable[[int, RequestRecord], None]) -> None:
+        """`listener(step_index, record)` for every finished request (warm-up and drain ones too; see
+        `record.phase`), on the load loop: return at once (append to a list, put on a queue)."""
+        self._request_listeners.append(listener)
 
     def on_state(self, listener: Callable[[LoadState], None]) -> None:
         """Called with every published state (on the load loop: return at once)."""
@@ -297,10 +305,15 @@ class LoadController:
         readings: dict[str, Any] = {}
         cpu_marks: dict[str, tuple[int | None, float]] = {}
         watch = self.server_watch
+        ticks = TickLag()
 
         def on_phase(phase: str) -> None:
             now = time.time()
             cpu_marks[phase] = (cpu.read(), time.perf_counter())
+            if phase == "measuring":
+                ticks.start()
+            elif phase == "draining":
+                ticks.stop()
             if watch is not None and phase in ("measuring", "draining"):
                 readings[phase] = asyncio.ensure_future(watch.read_counters(metrics_client, now))
             self._publish(phase=phase, live=self._live(base, run))
@@ -314,6 +327,7 @@ class LoadController:
             await run.run()
         finally:
             self._run = None
+            ticks.stop()
         end_perf = time.perf_counter()
         window_end_marks = cpu_marks.get("draining", (cpu.read(), end_perf))
         first, last = None, None
@@ -336,7 +350,7 @@ class LoadController:
             if span > 0:
                 cpu_share = (window_end_marks[0] - start_mark[0]) / 1e9 / span
         counted = run.counted
-        health = client_health([r.lag_ms for r in counted.records], cpu_share, lag_limit_ms=plan.lag_limit_ms,
+        health = client_health(ticks.lags_ms, cpu_share, lag_limit_ms=plan.lag_limit_ms,
                                cpu_wait_limit=plan.cpu_wait_limit)
         step = summarize(
             base, counted.records, counted.gaps, counted.duration_s,
@@ -363,18 +377,22 @@ class LoadController:
     def _on_request(self, index: int, level: float) -> Callable[[RequestRecord, Sample | None], None]:
         out = self.requests_out
         mode = self.plan.mode
-        if out is None:
-            return lambda record, sample: None
+        listeners = self._request_listeners
 
-        def write(record: RequestRecord, sample: Sample | None) -> None:
-            import json
+        def handle(record: RequestRecord, sample: Sample | None) -> None:
+            if out is not None:
+                try:
+                    out.write(json.dumps(record.to_json(index, mode, level)) + "\n")
+                except (OSError, ValueError) as exc:  # a full disk must not stop the test
+                    log.warning("cannot write the requests file: %s", exc)
+            for listener in tuple(listeners):
+                try:
+                    listener(index, record)
+                except Exception:  # noqa: BLE001
+                    log.exception("request listener failed; dropped")
+                    listeners.remove(listener)
 
-            try:
-                out.write(json.dumps(record.to_json(index, mode, level)) + "\n")
-            except (OSError, ValueError) as exc:  # a full disk must not stop the test: report once
-                log.warning("cannot write the requests file: %s", exc)
-
-        return write
+        return handle
 
     # ---- publishing ----
 

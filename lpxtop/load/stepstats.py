@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from lpxtop.model.load import ClientHealth, Dist, ServerDuringStep, StepResult
 from lpxtop.model.probe import Sample, quantile_sorted
+from lpxtop.textsafe import scrub
 
 LIVE_REQUESTS = 500  # the live view's percentiles cover at most this many recent requests
 LIVE_GAPS = 5000
@@ -81,7 +82,7 @@ class RequestRecord:
             "latency_ms": round((self.end_ns - self.start_ns) / 1e6, 3),
             "ok": self.ok,
             "error": self.error_kind,
-            "error_message": self.error_message,
+            "error_message": scrub(self.error_message),
             "http_status": self.http_status,
             "response_id": self.response_id,
             "ttft_ms": r(self.ttft_ms),
@@ -206,17 +207,17 @@ def _base_fields(step: StepResult) -> dict:
 
 
 def client_health(
-    lags_ms: list[float], cpu_wait_share: float | None, *, lag_limit_ms: float, cpu_wait_limit: float
+    lags_ms, cpu_wait_share: float | None, *, lag_limit_ms: float, cpu_wait_limit: float
 ) -> ClientHealth:
-    """Judge whether the generator was short of CPU: its loop late (p99 over the requests of the most it
-    was late during each) beyond `lag_limit_ms`, or its thread waiting for a CPU beyond `cpu_wait_limit`
-    of the step."""
+    """Judge whether the generator was short of CPU: its loop late (p99 of the lateness sampled through the
+    window, `ticklag.TickLag`) beyond `lag_limit_ms`, or its thread waiting for a CPU beyond `cpu_wait_limit`
+    of the window."""
     ordered = sorted(lags_ms)
     p99 = quantile_sorted(ordered, 0.99) if ordered else None
     worst = ordered[-1] if ordered else None
     reasons = []
     if p99 is not None and p99 > lag_limit_ms:
-        reasons.append(f"its event loop was up to {p99:.0f} ms late (p99 over requests; limit {lag_limit_ms:g} ms)")
+        reasons.append(f"its event loop ran {p99:.0f} ms late (p99 over the step; limit {lag_limit_ms:g} ms)")
     if cpu_wait_share is not None and cpu_wait_share > cpu_wait_limit:
         reasons.append(
             f"its thread waited for a CPU {cpu_wait_share * 100:.0f} % of the step (limit {cpu_wait_limit * 100:g} %)"

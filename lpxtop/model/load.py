@@ -126,9 +126,9 @@ class ServerDuringStep:
 class ClientHealth:
     """Was the load generator itself short of CPU during the step? (see lpxtop/engine/clientlimit.py)
 
-    `lag_p99_ms`: over the step's requests, the 99th percentile of the most the generator's event loop
-    was late while each was in flight (an upper bound on how late that request's timestamps could be).
-    `cpu_wait_share`: the share of the step the generator's thread spent runnable but not running.
+    `lag_p99_ms` / `lag_max_ms`: how late the generator's event loop ran, sampled every 25 ms through the
+    measured window (p99: how late a read arriving at a random moment was stamped, at worst one in 100).
+    `cpu_wait_share`: the share of the window the generator's thread spent runnable but not running.
     """
 
     lag_p99_ms: float | None = None
