@@ -357,7 +357,8 @@ class LoadController:
             goodput_bounds=plan.slo.request_bounds() if plan.slo else None,
             client=health, server=server, status=run.status,
         )
-        step = replace(step, arrivals_delayed=run.arrivals_delayed, wall_s=end_perf - times.start)
+        step = replace(step, arrivals_delayed=run.arrivals_delayed, wall_s=end_perf - times.start,
+                       window_extended_s=run.window_extended_s)
         if plan.slo is not None:
             results, met = plan.slo.judge(step)
             step = replace(step, slo=results, slo_met=met)

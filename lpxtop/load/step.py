@@ -4,6 +4,7 @@ Timeline of a step (perf_counter seconds from its start):
 
     0 ── warm-up ──► W ── measured window ──► W+D ── drain ──► the last counted request ends
     requests sent in [W, W+D) are *counted*; the others keep the load steady around them
+    (closed loop: the window lasts until every worker has sent one counted request, if that takes longer)
 
 During the drain the load goes on (uncounted requests, as in the warm-up) until every counted request has
 ended, so the counted ones finish under the same load they started in; then the uncounted requests still
@@ -104,6 +105,8 @@ class StepRun:
         self.in_flight = 0
         self.sent = 0
         self.arrivals_delayed = 0
+        self.counted_sent = 0
+        self.window_extended_s = 0.0
         self.status = "running"
         self._counted_open: dict[asyncio.Task, tuple[int, float]] = {}  # counted requests in flight: start
         self._tasks: set[asyncio.Task] = set()
@@ -132,6 +135,8 @@ class StepRun:
             if not self._cancelled:
                 self._set_phase("measuring")
             await self._until(t.window_end)
+            if self.spec.closed_loop and not self._cancelled:
+                await self._until_every_worker_counted(t.deadline)
             if not self._cancelled:
                 self._set_phase("draining")
                 if self._counted_open:
@@ -176,6 +181,23 @@ class StepRun:
         finally:
             drained.cancel()
             stopped.cancel()
+
+    async def _until_every_worker_counted(self, cap: float) -> None:
+        """A closed-loop window lasts until each worker has sent a counted request (bounded by `cap`): with
+        requests longer than the window, a worker busy with its warm-up request all window long would
+        otherwise leave the step with nothing to measure (seen on a starved real server: 10-s requests, a
+        10-s window, 0 counted). The window's end moves with it, so the load is counted as it was held."""
+        assert self.spec.concurrency is not None
+        t = self.times
+        try:
+            while self.counted_sent < self.spec.concurrency and not self._cancelled:
+                now = time.perf_counter()
+                if now >= cap:
+                    return
+                t.window_end = now + 0.05
+                await self._until(t.window_end)
+        finally:
+            self.window_extended_s = max(0.0, t.window_end - (t.window_start + self.spec.duration_s))
 
     def _set_phase(self, phase: str) -> None:
         self.phase = phase
@@ -240,6 +262,8 @@ class StepRun:
         spec = self.spec
         task = asyncio.current_task()
         counted = phase == "measured"
+        if counted:
+            self.counted_sent += 1
         if counted and task is not None:
             self._counted_open[task] = (time.perf_counter_ns(), time.time())
         watch = self.lag.watch()

@@ -192,6 +192,7 @@ class StepResult:
     server: ServerDuringStep | None = None
     arrivals_delayed: int = 0  # open loop: arrivals that waited for a free slot (max_concurrency)
     wall_s: float = 0.0  # the whole step: warm-up, window, drain
+    window_extended_s: float = 0.0  # closed loop: the window ran this much longer, until every worker sent once
 
     @property
     def requests(self) -> int:
@@ -249,6 +250,7 @@ class StepResult:
         out["server"] = self.server.to_json() if self.server is not None else None
         out["arrivals_delayed"] = self.arrivals_delayed
         out["wall_s"] = _r(self.wall_s, 3)
+        out["window_extended_s"] = _r(self.window_extended_s, 3)
         return out
 
 

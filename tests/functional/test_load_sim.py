@@ -169,3 +169,15 @@ def test_a_step_whose_generator_was_late_is_client_limited_and_never_the_capacit
     assert step.client.lag_p99_ms >= 40 and "event loop" in step.client.reason
     assert run.state.capacity.level is None
     assert "client-limited" in run.state.capacity.sentence
+
+
+def test_requests_longer_than_the_window_still_give_every_worker_a_counted_request():
+    # 16 tokens at 60 ms: ~1 s a request, a 0.3-s window: the workers are busy with warm-up requests all
+    # through it. The window stays open until each has sent a counted request.
+    cfg = SimConfig(max_num_seqs=4, itl_ms=60.0, ttft_ms=5.0, batch_factor=0.0, jitter=0.0, seed=12)
+    with start_sim_in_thread(cfg) as sim:
+        plan = plan_for(sim.url, levels=(2.0,), duration_s=0.3, warmup_s=0.1)
+        run = run_plan(plan)
+    (step,) = run.state.steps
+    assert step.completed >= 2 and step.window_extended_s > 0.3
+    assert step.to_json()["window_extended_s"] == pytest.approx(step.window_extended_s, abs=0.001)

@@ -1,0 +1,79 @@
+"""`lpxtop load` against real vLLM: a short sweep completes, and at concurrency 2 its TTFT median and output
+throughput agree with `vllm bench serve` (vLLM's own benchmark client, from the kit's venv) run on the same
+server right after, with the same request shape: 32 prompt tokens, 64 output tokens with ignore_eos.
+
+What may differ, and the tolerances it justifies (see the measured figures below):
+- vllm bench serve's run has no warm-up split: its first pair of requests starts cold and its last runs
+  alone, and its duration runs from its first send to its last completion; lpxtop counts only requests sent
+  in a window under steady load. Over 24 prompts at concurrency 2 (12 rounds) the alone-at-the-end tail is
+  at most one request's length of ~13 s, a few per cent of throughput.
+- Its random dataset counts 32 tokens before the chat template; lpxtop aims at 32 including it (the
+  server's own usage count): ~10 prompt tokens fewer, a millisecond or two of prefill on this model.
+- Both clients share two CPU cores with vLLM's engine and front end, which they saturate: run to run,
+  TTFT medians moved by up to ~X % here between two runs of the same client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from realserver_harness import CACHE, SCRIPTS, VLLM_MAX_NUM_SEQS, VLLM_MODEL
+
+pytestmark = [pytest.mark.realserver, pytest.mark.timeout(900)]
+REPO = Path(__file__).resolve().parents[2]
+INPUT_TOKENS, OUTPUT_TOKENS = 32, 64
+PROMPTS = 24
+TTFT_REL, TTFT_ABS_MS = 0.5, 15.0
+THROUGHPUT_REL = 0.2
+
+
+def run_lpxtop(url: str, out: Path) -> dict:
+    cmd = [sys.executable, "-m", "lpxtop", "load", url, "--concurrency", "1,2,4", "--duration", "10", "--warmup", "3",
+           "--input-tokens", str(INPUT_TOKENS), "--output-tokens", str(OUTPUT_TOKENS), "--ignore-eos",
+           "--slo", "ttft_p95<=30s,error_rate<=1%", "--no-ui", "--json", str(out), "--model", VLLM_MODEL]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-2000:]
+    print(done.stdout)
+    return json.loads(out.read_text())
+
+
+def run_vllm_bench(origin: str, out_dir: Path) -> dict:
+    cmd = ["bash", str(SCRIPTS / "vllm-bench.sh"), "serve", "--backend", "openai-chat", "--endpoint",
+           "/v1/chat/completions", "--base-url", origin, "--model", VLLM_MODEL, "--tokenizer", str(CACHE / VLLM_MODEL),
+           "--dataset-name", "random", "--random-input-len", str(INPUT_TOKENS), "--random-output-len",
+           str(OUTPUT_TOKENS), "--ignore-eos", "--max-concurrency", "2", "--num-prompts", str(PROMPTS),
+           "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95,99",
+           "--save-result", "--result-dir", str(out_dir), "--result-filename", "bench.json"]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=400,
+                          env={**os.environ, "LPXTOP_REALSERVERS": str(CACHE)})
+    assert done.returncode == 0, (done.stdout[-1500:], done.stderr[-1500:])
+    return json.loads((out_dir / "bench.json").read_text())
+
+
+def test_sweep_completes_and_agrees_with_vllm_bench_serve(vllm_server, tmp_path) -> None:
+    report = run_lpxtop(vllm_server.api_url, tmp_path / "load.json")
+    bench = run_vllm_bench(vllm_server.origin, tmp_path)
+    assert report["outcome"] == "done" and report["target"]["server_kind"] == "vllm"
+    steps = {s["concurrency"]: s for s in report["steps"]}
+    assert sorted(steps) == [1, 2, 4]
+    for step in steps.values():
+        assert step["status"] == "done" and step["failed"] == 0 and step["completed"] >= 2
+        assert step["total_output_tokens"] == OUTPUT_TOKENS * step["completed"]  # ignore_eos, from usage
+        # aimed with the server's own count (a real tokenizer is not exactly linear in words: within 10 %)
+        assert abs(step["total_input_tokens"] / step["completed"] - INPUT_TOKENS) <= INPUT_TOKENS * 0.1
+    # past the server's slots requests queue, and the server's own gauge says so
+    assert steps[4]["server"]["peak_requests_waiting"] >= 4 - VLLM_MAX_NUM_SEQS - 1
+    assert steps[4]["median_ttft_ms"] > steps[2]["median_ttft_ms"]
+    ours, theirs = steps[2], bench
+    print(f"concurrency 2: lpxtop TTFT median {ours['median_ttft_ms']:.1f} ms, output {ours['output_throughput']:.1f} "
+          f"tok/s ({ours['completed']} requests, client-limited {ours['client_limited']}); vllm bench serve "
+          f"{theirs['median_ttft_ms']:.1f} ms, {theirs['output_throughput']:.1f} tok/s ({theirs['completed']} requests)")
+    assert theirs["completed"] == PROMPTS
+    assert ours["median_ttft_ms"] == pytest.approx(theirs["median_ttft_ms"], rel=TTFT_REL, abs=TTFT_ABS_MS)
+    assert ours["output_throughput"] == pytest.approx(theirs["output_throughput"], rel=THROUGHPUT_REL)
+    assert ours["median_tpot_ms"] == pytest.approx(theirs["median_tpot_ms"], rel=THROUGHPUT_REL)
