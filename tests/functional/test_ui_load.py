@@ -125,3 +125,23 @@ async def test_live_load_test_in_the_pilot_shows_what_the_report_holds():
                   fmt_ms(step_json["p95_e2el_ms"]), fmt_rate(step_json["output_throughput"]),
                   fmt_ms(float(csv_row["median_tpot_ms"])), str(step_json["completed"])):
         assert f" {value} " in f" {row} ", (value, row)
+
+
+async def test_help_on_the_load_screen_lists_its_keys():
+    from lpxtop.ui.screens.load import LOAD_KEY_HELP, LoadHelpScreen
+
+    _, app = fixed_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, LoadHelpScreen)
+        shown = text_of(app.screen.query_one("#help-keys"))
+        for keys, _ in LOAD_KEY_HELP:
+            assert keys in shown
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, LoadScreen)
+    bound = {b.key for b in LoadScreen.BINDINGS}
+    listed = " ".join(k for k, _ in LOAD_KEY_HELP).replace("Ctrl-C", "ctrl+c").replace("?", "question_mark")
+    for key in bound - {"2", "3"}:
+        assert key in listed, key

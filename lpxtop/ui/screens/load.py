@@ -19,6 +19,7 @@ from lpxtop.model.load import LoadState
 from lpxtop.model.snapshot import Snapshot
 from lpxtop.ui.formatting import fmt_duration
 from lpxtop.ui.palette import Palette
+from lpxtop.ui.screens.help import HelpScreen
 from lpxtop.ui.widgets.alerts_bar import AlertsBar
 from lpxtop.ui.widgets.gpu_panel import GpuPanel
 from lpxtop.ui.widgets.header_bar import HeaderBar
@@ -26,6 +27,22 @@ from lpxtop.ui.widgets.host_panel import HostPanel
 from lpxtop.ui.widgets.load_chart import SweepCharts
 from lpxtop.ui.widgets.load_steps import LoadStepPanel
 
+# The load screen's keys, for its help (a test compares them with the bindings).
+LOAD_KEY_HELP: tuple[tuple[str, str], ...] = (
+    ("q / Ctrl-C", "stop the test at once and quit: the finished steps' report is written, the step under "
+     "way is marked partial"),
+    ("?", "this help (Esc or ? closes it)"),
+    ("2 3", "show or hide a panel: GPU, host"),
+    ("t", "cycle the colour theme"),
+)
+LOAD_LEGEND = (
+    "Per step, over its counted requests (sent in the measured window): ok / fail; req/s and tok/s over the\n"
+    "measured duration (first send to last completion); TTFT, E2E, TPOT, ITL in ms unless marked s;\n"
+    "queue↑ KV↑: the server's peak waiting requests and KV-cache use during the window; goodput: requests/s\n"
+    "that met every per-request bound of the SLO. ✓ the capacity (highest step that met the SLO), ◆ the knee\n"
+    "(most throughput per unit of latency). Italic: the step under way, over its requests so far.\n"
+    "client-limited: lpxtop itself was short of CPU in that step; its figures are not trusted."
+)
 TALL = 36
 SHORT = 30  # below this many rows the GPU and host panels give their room to the charts (2 / 3 bring them back)
 
@@ -62,6 +79,7 @@ class LoadScreen(Screen):
     """
 
     BINDINGS = [
+        Binding("question_mark", "load_help", "help", key_display="?"),
         Binding("q", "stop_test", "stop & quit"),
         Binding("ctrl+c", "stop_test", "stop & quit", show=False, priority=True),
         Binding("2", "toggle_panel('gpu-panel')", "GPU", show=False),
@@ -147,6 +165,9 @@ class LoadScreen(Screen):
         if host.display:
             host.show(snap.host, thresholds, palette, force=force)
 
+    def action_load_help(self) -> None:
+        self.app.push_screen(LoadHelpScreen())
+
     def action_stop_test(self) -> None:
         stop = getattr(self.app.source, "stop_load", None)  # type: ignore[attr-defined]
         if stop is not None:
@@ -164,3 +185,23 @@ class LoadScreen(Screen):
             widget.display = not widget.display
         lower.display = self.query_one("#gpu-panel").display or self.query_one("#host-panel").display
         self.call_after_refresh(self.rerender)
+
+
+class LoadHelpScreen(HelpScreen):
+    """The help of the load screen: its keys and what its columns mean."""
+
+    def compose(self) -> ComposeResult:
+        from rich.text import Text as RichText
+        from textual.containers import VerticalScroll
+        from textual.widgets import Static
+
+        width = max(len(k) for k, _ in LOAD_KEY_HELP) + 2
+        table = RichText()
+        for i, (keys, description) in enumerate(LOAD_KEY_HELP):
+            table.append(("\n" if i else "") + f"{keys:<{width}}", style="bold")
+            table.append(description)
+        with VerticalScroll(id="help-body") as body:
+            body.border_title = "lpxtop load keys"
+            body.border_subtitle = "Esc closes"
+            yield Static(table, id="help-keys")
+            yield Static(RichText(LOAD_LEGEND), id="help-legend")
