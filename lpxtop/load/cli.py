@@ -345,8 +345,9 @@ def _run_test(plan: LoadPlan, args: argparse.Namespace, requests_out) -> int:
             interrupted = _run_headless(engine, controller)
         else:
             code = _run_dashboard(engine, controller, args)
-            if code is not None:
+            if code == 2:
                 return code
+            interrupted = code == 130
     finally:
         controller.stop()
         controller.wait(STOP_WAIT_S)
@@ -415,7 +416,8 @@ class _Progress:
                   f"{tput} tok/s, TTFT p50 {ttft} ms{verdict}", file=sys.stderr, flush=True)
 
 
-def _run_dashboard(engine, controller, args) -> int | None:
+def _run_dashboard(engine, controller, args) -> int:
+    """The dashboard until `q` (0) or Ctrl-C (130); 2 when it cannot open (a theme error)."""
     from lpxtop.load.source import LoadSource
     from lpxtop.ui.app import create_app
     from lpxtop.ui.theming import ThemeError
@@ -428,7 +430,7 @@ def _run_dashboard(engine, controller, args) -> int | None:
         print(f"lpxtop load: {exc}", file=sys.stderr)
         return 2
     app.run()
-    return None
+    return app.return_code or 0
 
 
 def _report(plan: LoadPlan, controller, args, interrupted: bool, record_path: str | None, watch) -> int:

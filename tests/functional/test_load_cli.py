@@ -94,3 +94,25 @@ def test_ctrl_c_mid_step_stops_at_once_and_leaves_a_valid_partial_report(tmp_pat
     assert first["status"] == "done" and first["slo_met"] is True and first["completed"] > 0
     assert second["status"] == "partial" and second["duration"] < 2.0
     assert report["capacity"]["concurrency"] == 1  # a partial step is never the capacity
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX pseudo-terminals")
+@pytest.mark.parametrize("key, code", [(b"\x03", 130)], ids=["ctrl-c"])  # q: the Pilot tests
+def test_the_dashboard_on_a_terminal_stops_at_once_and_writes_the_report(tmp_path, key, code):
+    from tests.functional.test_ui_terminal import Terminal
+
+    path = tmp_path / "r.json"
+    with start_sim_in_thread(FAST_SIM) as sim:
+        term = Terminal("load", sim.url, "--concurrency", "1,2", "--duration", "1", "--warmup", "0.2",
+                        "--output-tokens", "12", "--json", str(path), *RELAXED)
+        try:
+            term.wait_for("2 concurrent · measuring", timeout_s=40)  # the second step's window is open
+            sent_at = time.monotonic()
+            term.type(key, pause_s=0)
+            assert term.proc.wait(20) == code
+            assert time.monotonic() - sent_at < 5.0
+        finally:
+            term.close()
+    report = json.loads(path.read_text())
+    assert report["outcome"] == "stopped"
+    assert [s["status"] for s in report["steps"]] == ["done", "partial"]

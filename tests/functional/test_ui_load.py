@@ -75,7 +75,12 @@ async def test_fixed_load_screen_shows_the_steps_and_q_stops_the_test():
         assert "q" in footer_keys and not footer_keys & {"p", "r"}
         await pilot.press("q")
         await pilot.pause()
-    assert source.stopped
+    assert source.stopped and app.return_code == 0
+    source, app = fixed_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+    assert source.stopped and app.return_code == 130
 
 
 async def test_live_load_test_in_the_pilot_shows_what_the_report_holds():

@@ -44,6 +44,7 @@ LOAD_LEGEND = (
     "client-limited: lpxtop itself was short of CPU in that step; its figures are not trusted."
 )
 TALL = 36
+INTERRUPTED = 130
 SHORT = 30  # below this many rows the GPU and host panels give their room to the charts (2 / 3 bring them back)
 
 
@@ -81,7 +82,7 @@ class LoadScreen(Screen):
     BINDINGS = [
         Binding("question_mark", "load_help", "help", key_display="?"),
         Binding("q", "stop_test", "stop & quit"),
-        Binding("ctrl+c", "stop_test", "stop & quit", show=False, priority=True),
+        Binding("ctrl+c", "stop_test(True)", "stop & quit", show=False, priority=True),
         Binding("2", "toggle_panel('gpu-panel')", "GPU", show=False),
         Binding("3", "toggle_panel('host-panel')", "host", show=False),
     ]
@@ -168,11 +169,11 @@ class LoadScreen(Screen):
     def action_load_help(self) -> None:
         self.app.push_screen(LoadHelpScreen())
 
-    def action_stop_test(self) -> None:
+    def action_stop_test(self, interrupted: bool = False) -> None:
         stop = getattr(self.app.source, "stop_load", None)  # type: ignore[attr-defined]
         if stop is not None:
             stop()
-        self.app.exit()
+        self.app.exit(return_code=INTERRUPTED if interrupted else 0)  # Ctrl-C: the shell's 130, as headless
 
     def action_toggle_panel(self, panel_id: str) -> None:
         lower = self.query_one("#load-lower")
