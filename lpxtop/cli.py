@@ -32,6 +32,7 @@ examples:
   lpxtop --config lpxtop.toml                 endpoints from a file
   lpxtop once 127.0.0.1:8000 --samples 5 --json
   lpxtop sim --port 8000                      run the simulated server alone
+  lpxtop load 127.0.0.1:8000 --concurrency 1,5,10 --slo "ttft_p95<=500ms"   load test, step by step
 
 exit status (once): 0 every endpoint answered, 1 an endpoint is down, 2 usage or config error.
 """
@@ -115,7 +116,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             prog="lpxtop",
             description="top for LLM inference: live TTFT, inter-token latency, tokens/s and errors of "
             "OpenAI-compatible endpoints, with the server's own metrics, GPU memory and port health.\n\n"
-            "subcommands: demo (simulated servers), once (headless report), sim (simulated server); "
+            "subcommands: demo (simulated servers), once (headless report), sim (simulated server), "
+            "load (run a load test and watch it); "
             "`lpxtop SUBCOMMAND --help` for each.",
             epilog=EPILOG,
             formatter_class=fmt,
