@@ -60,6 +60,15 @@ def test_throughput_and_tokens_per_step_equal_what_the_simulator_recorded(load):
         run = run_plan(plan)
         records = {r.response_id: r for r in sim.server.records}
     (step,) = run.state.steps
+    if step.concurrency is not None:
+        # never more than the set concurrency in flight, as the server saw it (every request of the run)
+        edges = sorted([(r.t_received_ns, 1) for r in records.values()]
+                       + [(r.t_done_ns, -1) for r in records.values() if r.t_done_ns is not None])
+        in_flight = most = 0
+        for _, change in edges:
+            in_flight += change
+            most = max(most, in_flight)
+        assert most == step.concurrency
     counted = [line for line in run.lines() if line["counted"]]
     assert step.completed == len(counted) > 5 and step.failed == 0
     truth = [records[line["response_id"]] for line in counted]
