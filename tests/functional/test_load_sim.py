@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(90)
 
 def test_capacity_search_finds_the_concurrency_the_simulator_serves_within_the_slo():
     # A vLLM-like server with 4 slots and known costs. jitter 0: the costs are exact.
-    cfg = SimConfig(max_num_seqs=4, itl_ms=20.0, ttft_ms=20.0, batch_factor=0.1, prefill_ms_per_token=0.02,
+    cfg = SimConfig(max_num_seqs=4, itl_ms=12.0, ttft_ms=20.0, batch_factor=0.1, prefill_ms_per_token=0.02,
                     jitter=0.0, kv_tokens=65_536, seed=3)
     n_tokens, prompt = 16, 40  # output tokens; prompt tokens are ~20 (template + random prefix + default prompt)
     slots = cfg.max_num_seqs
@@ -181,12 +181,12 @@ def test_a_step_whose_generator_was_late_is_client_limited_and_never_the_capacit
 
 
 def test_requests_longer_than_the_window_still_give_every_worker_a_counted_request():
-    # 16 tokens at 60 ms: ~1 s a request, a 0.3-s window: the workers are busy with warm-up requests all
+    # 8 tokens at 60 ms: ~0.45 s a request, a 0.1-s window: the workers are busy with warm-up requests all
     # through it. The window stays open until each has sent a counted request.
     cfg = SimConfig(max_num_seqs=4, itl_ms=60.0, ttft_ms=5.0, batch_factor=0.0, jitter=0.0, seed=12)
     with start_sim_in_thread(cfg) as sim:
-        plan = plan_for(sim.url, levels=(2.0,), duration_s=0.3, warmup_s=0.1)
+        plan = plan_for(sim.url, levels=(2.0,), output_tokens=8, duration_s=0.1, warmup_s=0.05)
         run = run_plan(plan)
     (step,) = run.state.steps
-    assert step.completed >= 2 and step.window_extended_s > 0.3
+    assert step.completed >= 2 and step.window_extended_s > 0.2
     assert step.to_json()["window_extended_s"] == pytest.approx(step.window_extended_s, abs=0.001)

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from realserver_harness import CACHE, SCRIPTS, VLLM_MAX_NUM_SEQS, VLLM_MODEL
+from realserver_harness import CACHE, SCRIPTS, VLLM_MODEL
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(900)]
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +33,7 @@ THROUGHPUT_REL = 0.2
 
 
 def run_lpxtop(url: str, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "lpxtop", "load", url, "--concurrency", "1,2,4", "--duration", "10", "--warmup", "3",
+    cmd = [sys.executable, "-m", "lpxtop", "load", url, "--concurrency", "1,2,4", "--duration", "8", "--warmup", "2",
            "--input-tokens", str(INPUT_TOKENS), "--output-tokens", str(OUTPUT_TOKENS), "--ignore-eos",
            "--slo", "ttft_p95<=30s,error_rate<=1%", "--no-ui", "--json", str(out), "--model", VLLM_MODEL]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=400)
@@ -49,6 +49,7 @@ def run_vllm_bench(origin: str, out_dir: Path) -> dict:
            str(OUTPUT_TOKENS), "--ignore-eos", "--max-concurrency", "2", "--num-prompts", str(PROMPTS),
            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95,99",
            "--save-result", "--result-dir", str(out_dir), "--result-filename", "bench.json"]
+    out_dir.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=400,
                           env={**os.environ, "LPXTOP_REALSERVERS": str(CACHE)})
     assert done.returncode == 0, (done.stdout[-1500:], done.stderr[-1500:])
@@ -56,24 +57,34 @@ def run_vllm_bench(origin: str, out_dir: Path) -> dict:
 
 
 def test_sweep_completes_and_agrees_with_vllm_bench_serve(vllm_server, tmp_path) -> None:
+    # vllm bench serve before and after lpxtop: the server's speed drifts on a shared machine, and lpxtop's
+    # figures must sit within what the reference client saw around them (widened by the tolerances).
+    before = run_vllm_bench(vllm_server.origin, tmp_path / "before")
     report = run_lpxtop(vllm_server.api_url, tmp_path / "load.json")
-    bench = run_vllm_bench(vllm_server.origin, tmp_path)
+    after = run_vllm_bench(vllm_server.origin, tmp_path / "after")
     assert report["outcome"] == "done" and report["target"]["server_kind"] == "vllm"
     steps = {s["concurrency"]: s for s in report["steps"]}
+    ours = steps[2]
+    line = (f"concurrency 2: lpxtop TTFT median {ours['median_ttft_ms']:.1f} ms, output "
+            f"{ours['output_throughput']:.1f} tok/s, TPOT median {ours['median_tpot_ms']:.1f} ms "
+            f"({ours['completed']} requests, client-limited {ours['client_limited']})")
+    for name, bench in (("before", before), ("after", after)):
+        line += (f"; vllm bench serve {name}: {bench['median_ttft_ms']:.1f} ms, {bench['output_throughput']:.1f} "
+                 f"tok/s, TPOT {bench['median_tpot_ms']:.1f} ms")
+    print(line)
     assert sorted(steps) == [1, 2, 4]
-    for step in steps.values():
-        assert step["status"] == "done" and step["failed"] == 0 and step["completed"] >= 2
+    for c, step in steps.items():
+        assert step["status"] == "done" and step["failed"] == 0 and step["completed"] >= c
         assert step["total_output_tokens"] == OUTPUT_TOKENS * step["completed"]  # ignore_eos, from usage
         # aimed with the server's own count (a real tokenizer is not exactly linear in words: within 10 %)
         assert abs(step["total_input_tokens"] / step["completed"] - INPUT_TOKENS) <= INPUT_TOKENS * 0.1
     # past the server's slots requests queue, and the server's own gauge says so
-    assert steps[4]["server"]["peak_requests_waiting"] >= 4 - VLLM_MAX_NUM_SEQS - 1
+    assert steps[4]["server"]["peak_requests_waiting"] >= 1
     assert steps[4]["median_ttft_ms"] > steps[2]["median_ttft_ms"]
-    ours, theirs = steps[2], bench
-    print(f"concurrency 2: lpxtop TTFT median {ours['median_ttft_ms']:.1f} ms, output {ours['output_throughput']:.1f} "
-          f"tok/s ({ours['completed']} requests, client-limited {ours['client_limited']}); vllm bench serve "
-          f"{theirs['median_ttft_ms']:.1f} ms, {theirs['output_throughput']:.1f} tok/s ({theirs['completed']} requests)")
-    assert theirs["completed"] == PROMPTS
-    assert ours["median_ttft_ms"] == pytest.approx(theirs["median_ttft_ms"], rel=TTFT_REL, abs=TTFT_ABS_MS)
-    assert ours["output_throughput"] == pytest.approx(theirs["output_throughput"], rel=THROUGHPUT_REL)
-    assert ours["median_tpot_ms"] == pytest.approx(theirs["median_tpot_ms"], rel=THROUGHPUT_REL)
+    for bench in (before, after):
+        assert bench["completed"] == PROMPTS
+    for key, rel, abs_ in (("median_ttft_ms", TTFT_REL, TTFT_ABS_MS), ("output_throughput", THROUGHPUT_REL, 0.0),
+                           ("median_tpot_ms", THROUGHPUT_REL, 0.0)):
+        low = min(before[key], after[key]) * (1 - rel) - abs_
+        high = max(before[key], after[key]) * (1 + rel) + abs_
+        assert low <= ours[key] <= high, (key, ours[key], before[key], after[key])
