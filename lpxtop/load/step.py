@@ -112,16 +112,14 @@ class StepRun:
         self._tasks: set[asyncio.Task] = set()
         self._cancelled = False
         self._sending = True
-        self._drained: asyncio.Event | None = None
-        self._stop: asyncio.Event | None = None
+        self._drained = asyncio.Event()
+        self._stop = asyncio.Event()
 
     # ---- from the loop that runs the step ----
 
     async def run(self) -> None:
         """Run the whole step; returns when it is over (done, timed out or cancelled)."""
         spec = self.spec
-        self._drained = asyncio.Event()
-        self._stop = asyncio.Event()
         now = time.perf_counter()
         t = self.times
         t.start = now
@@ -159,18 +157,15 @@ class StepRun:
         """Stop now (call on the step's loop): nothing more is sent, what is in flight is cancelled."""
         self._cancelled = True
         self._sending = False
-        if self._stop is not None:
-            self._stop.set()
+        self._stop.set()
 
     async def _until(self, perf_deadline: float) -> None:
-        assert self._stop is not None
         delay = perf_deadline - time.perf_counter()
         if delay > 0 and not self._stop.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), delay)
 
     async def _wait_drained(self, perf_deadline: float) -> None:
-        assert self._drained is not None and self._stop is not None
         delay = perf_deadline - time.perf_counter()
         if delay <= 0:
             return
@@ -280,7 +275,7 @@ class StepRun:
         record = RequestRecord.of(sample, end_ns, lag_ns / 1e6, phase)
         if counted:
             self.counted.add(record, sample)
-            if not self._counted_open and time.perf_counter() >= self.times.window_end and self._drained is not None:
+            if not self._counted_open and time.perf_counter() >= self.times.window_end:
                 self._drained.set()
         if self.on_request is not None:
             self.on_request(record, sample)
