@@ -190,3 +190,18 @@ def test_requests_longer_than_the_window_still_give_every_worker_a_counted_reque
     (step,) = run.state.steps
     assert step.completed >= 2 and step.window_extended_s > 0.2
     assert step.to_json()["window_extended_s"] == pytest.approx(step.window_extended_s, abs=0.001)
+
+
+def test_an_open_loop_past_its_cap_holds_arrivals_back_and_says_the_load_was_not_offered():
+    # ~0.1 s a request, 2 at most in flight: ~20 req/s can be served; 40 req/s arrive
+    cfg = SimConfig(max_num_seqs=8, itl_ms=10.0, ttft_ms=10.0, batch_factor=0.0, jitter=0.0, seed=13)
+    with start_sim_in_thread(cfg) as sim:
+        plan = plan_for(sim.url, mode="rate", levels=(40.0,), max_concurrency=2, output_tokens=8, duration_s=0.8,
+                        warmup_s=0.1)
+        run = run_plan(plan)
+        records = sim.server.records
+    (step,) = run.state.steps
+    assert step.arrivals_delayed > 0 and step.max_concurrency == 2
+    assert step.saturated is not None
+    assert max(sum(1 for r in records if r.t_received_ns <= t < (r.t_done_ns or t + 1)) for t in
+               (r.t_received_ns for r in records)) <= 2
