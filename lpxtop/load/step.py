@@ -242,12 +242,9 @@ class StepRun:
                 if not self._keep_sending():
                     break
             phase = self._phase_at(arrival)
-            if slots.locked():
-                if phase == "measured":
-                    self.arrivals_delayed += 1
-                await slots.acquire()
-            else:
-                await slots.acquire()
+            if slots.locked() and phase == "measured":
+                self.arrivals_delayed += 1  # every slot busy: this arrival waits, the offered rate is not held
+            await slots.acquire()
             task = asyncio.ensure_future(self._one(phase))
             self._tasks.add(task)
             task.add_done_callback(lambda t: (self._tasks.discard(t), slots.release()))
