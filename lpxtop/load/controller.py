@@ -205,6 +205,8 @@ class LoadController:
                 await publisher
             await client.aclose()
             await metrics_client.aclose()
+            for _ in range(3):  # aborted transports close their sockets in callbacks: let them run before the loop ends
+                await asyncio.sleep(0)
 
     def _levels_bound(self) -> tuple[float, ...]:
         plan = self.plan

@@ -103,7 +103,7 @@ def test_the_dashboard_on_a_terminal_stops_at_once_and_writes_the_report(tmp_pat
 
     path = tmp_path / "r.json"
     with start_sim_in_thread(FAST_SIM) as sim:
-        term = Terminal("load", sim.url, "--concurrency", "1,2", "--duration", "1", "--warmup", "0.2",
+        term = Terminal("load", sim.url, "--concurrency", "1,2", "--duration", "1", "--warmup", "0.2", "--refresh", "0.2",
                         "--output-tokens", "12", "--json", str(path), *RELAXED)
         try:
             term.wait_for("2 concurrent · measuring", timeout_s=40)  # the second step's window is open

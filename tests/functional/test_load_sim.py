@@ -56,7 +56,7 @@ def test_capacity_search_finds_the_concurrency_the_simulator_serves_within_the_s
 def test_throughput_and_tokens_per_step_equal_what_the_simulator_recorded(load):
     cfg = SimConfig(max_num_seqs=8, itl_ms=8.0, ttft_ms=15.0, jitter=0.05, random_stop=True, seed=5)
     with start_sim_in_thread(cfg) as sim:
-        plan = plan_for(sim.url, output_tokens=24, duration_s=1.0, **load)
+        plan = plan_for(sim.url, output_tokens=24, duration_s=0.8, **load)
         run = run_plan(plan)
         records = {r.response_id: r for r in sim.server.records}
     (step,) = run.state.steps
@@ -94,7 +94,8 @@ def test_throughput_and_tokens_per_step_equal_what_the_simulator_recorded(load):
 def test_a_server_failing_a_fifth_of_requests_fails_error_rate_with_the_kinds_counted():
     cfg = SimConfig(max_num_seqs=8, itl_ms=2.0, ttft_ms=5.0, jitter=0.0, fail_rate=0.2, seed=11)
     with start_sim_in_thread(cfg) as sim:
-        plan = plan_for(sim.url, levels=(4.0,), output_tokens=8, slo=parse_slo("error_rate<=1%"), warmup_requests=2)
+        plan = plan_for(sim.url, levels=(4.0,), output_tokens=8, slo=parse_slo("error_rate<=1%"), warmup_requests=2,
+                        duration_s=0.6)
         run = run_plan(plan)
     (step,) = run.state.steps
     assert step.requests >= 40
@@ -113,14 +114,14 @@ def test_a_server_that_hangs_times_the_step_out_bounded():
             if kind == "load_step_start":  # after the warm-up requests, which must succeed
                 sim.server.set_faults(slow_headers_s=30.0)
 
-        plan = plan_for(sim.url, levels=(2.0,), duration_s=1.0, warmup_s=0.2,
+        plan = plan_for(sim.url, levels=(2.0,), duration_s=0.5, warmup_s=0.2,
                         endpoint={"first_token_timeout_s": 0.5, "timeout_s": 1.0})
         run = run_plan(plan, on_mark=hang_once_the_step_starts, timeout_s=30)
     (step,) = run.state.steps
     assert step.completed == 0 and step.failed >= 2
     assert dict(step.errors) == {"first_token_timeout": step.failed}
     # bounded: warm-up + window + one request's timeout + the drain's grace, whatever the server does
-    assert step.wall_s <= 0.2 + 1.0 + 1.0 + 2.0
+    assert step.wall_s <= 0.2 + 0.5 + 1.0 + 2.0
     assert step.status == "done" and step.ttft_ms is None
 
 
