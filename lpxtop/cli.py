@@ -33,6 +33,7 @@ from lpxtop.jsonout import dumps
 # Subcommands whose code lives in a package of its own: module -> `build_parser(command)` and
 # `run(command, args) -> int`. The module is imported only when its subcommand is used.
 PACKAGE_SUBCOMMANDS: dict[str, str] = {
+    "load": "lpxtop.load.cli",
     "exporter": "lpxtop.export.cli",
     "fleet": "lpxtop.fleet.cli",
     "record": "lpxtop.record.cli",
@@ -50,6 +51,7 @@ examples:
   lpxtop --config lpxtop.toml                 endpoints from a file
   lpxtop once 127.0.0.1:8000 --samples 5 --json
   lpxtop sim --port 8000                      run the simulated server alone
+  lpxtop load 127.0.0.1:8000 --concurrency 1,5,10 --slo "ttft_p95<=500ms"   load test, step by step
   lpxtop 127.0.0.1:8000 --record              record while watching (lpxtop replay FILE later)
 
 exit status (once): 0 every endpoint answered, 1 an endpoint is down, 2 usage or config error.
@@ -207,7 +209,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             description="top for LLM inference: live TTFT, inter-token latency, tokens/s and errors of "
             "OpenAI-compatible endpoints, with the server's own metrics, GPU memory and port health.\n\n"
             "subcommands: demo (simulated servers), once (headless report), sim (simulated server), "
-            "exporter (serve the measurements to Prometheus), fleet (many hosts, read back from Prometheus), "
+            "load (run a load test and watch it), exporter (serve the measurements to Prometheus), fleet (many hosts, read back from Prometheus), "
             "record (headless recording), replay (a recording in the dashboard), export (a recording as "
             "CSV/JSONL/OpenMetrics); `lpxtop SUBCOMMAND --help` for each.",
             epilog=EPILOG,

@@ -97,6 +97,7 @@ def build_body(endpoint: EndpointConfig, model: str | None, include_usage: bool 
         body["prompt"] = prompt
     else:
         body["messages"] = [{"role": "user", "content": prompt}]
+    body.update(endpoint.extra_body)  # e.g. ignore_eos for a load test
     return body
 
 

@@ -118,6 +118,8 @@ class EngineSettings:
     probe_schedule: str = "poisson"  # "poisson": exponential gaps (unbiased); "fixed": for comparisons
     seed: int | None = None  # of the probe schedule's random gaps (None: unpredictable)
     include_client_limited: bool = False  # count client_limited probes in the percentiles too
+    # False: no probe loops (scrapes, GPU, host and ports only): `lpxtop load` measures with its own requests
+    probes: bool = True
 
 
 class _Waker:
@@ -514,9 +516,9 @@ class Engine:
         return state
 
     def _start_endpoint(self, state: _EndpointState, client: HttpClient) -> None:
-        if wants_chat(state.config):
+        if self.settings.probes and wants_chat(state.config):
             state.tasks.append(asyncio.create_task(self._probe_loop(state, client), name=f"probe:{state.config.name}"))
-        if state.agent is not None:
+        if self.settings.probes and state.agent is not None:
             state.tasks.append(asyncio.create_task(self._agent_loop(state, client), name=f"agent:{state.config.name}"))
         if state.scraper is not None:
             state.tasks.append(asyncio.create_task(self._scrape_loop(state, client), name=f"scrape:{state.config.name}"))

@@ -47,6 +47,9 @@ class EndpointConfig:
     tools_file: str | None = None  # JSON tools (and prompt, results); default: a small built-in set
     tool_latency_s: float = 0.0  # how long the agent step's tool takes to "run"
     chain_steps: int = 5  # steps in the chain whose budget is shown
+    # Extra top-level fields of the request body, e.g. (("ignore_eos", True),) so a load test's output
+    # length is fixed on servers that honour it (vLLM, llama.cpp). Values are JSON values.
+    extra_body: tuple[tuple[str, object], ...] = ()
 
     @property
     def origin(self) -> str:

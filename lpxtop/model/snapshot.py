@@ -11,6 +11,7 @@ from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.host import HostSnapshot
+from lpxtop.model.load import LoadState
 from lpxtop.model.ports import LeftoverProcess, PortStatus
 from lpxtop.model.probe import Percentiles, Sample
 from lpxtop.model.server import ServerMetrics
@@ -188,11 +189,12 @@ class Snapshot:
     leftovers: tuple[LeftoverProcess, ...] = ()
     alerts: tuple[Alert, ...] = ()
     seq: int = 0  # increases with every publish; readers skip work when it has not changed
+    load: LoadState | None = None  # `lpxtop load`: the load test under way (None otherwise)
 
     def to_json(self) -> dict:
         import datetime as _dt
 
-        return {
+        out = {
             "schema": SCHEMA,
             "lpxtop": self.version,
             "host": self.host_name,
@@ -206,3 +208,6 @@ class Snapshot:
             "leftovers": [p.to_json() for p in self.leftovers],
             "alerts": [a.to_json() for a in self.alerts],
         }
+        if self.load is not None:
+            out["load"] = self.load.to_json()
+        return out

@@ -173,6 +173,10 @@ class LpxtopApp(ReplayActions, App):
         return QuietLinuxDriver if driver is LinuxDriver else driver
 
     def get_default_screen(self) -> Screen:
+        if getattr(self.source, "load_run", False):  # `lpxtop load`: the load test's own screen
+            from lpxtop.ui.screens.load import LoadScreen
+
+            return LoadScreen()
         return MainScreen()
 
     def poll(self) -> None:
@@ -278,6 +282,8 @@ class LpxtopApp(ReplayActions, App):
             return self.timeline is not None
         if action == "compare":
             return self.comparison is not None
+        if action in ("pause", "reset", "interval") and getattr(self.source, "load_run", False):
+            return False  # a load test runs no probes: nothing to pause, reset or pace
         return action != "surge" or self.is_demo  # g is hidden from the footer outside the demo
 
 

@@ -1,0 +1,208 @@
+"""The load-test screen (`lpxtop load`): the step panel and the sweep charts above the server's GPU and host.
+
+Rendered from the snapshot like the main screen: `show_snapshot` draws only what changed. The snapshot's
+`load` part is the controller's state; the rest (the server's /metrics, GPU, host, alerts) is the live
+engine's, whose own probes are off during a test. `q` and Ctrl-C stop the test at once; the CLI then
+writes the report of the finished steps (the step under way marked partial).
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from lpxtop.model.load import LoadState
+from lpxtop.model.snapshot import Snapshot
+from lpxtop.ui.formatting import fmt_duration
+from lpxtop.ui.palette import Palette
+from lpxtop.ui.screens.help import HelpScreen
+from lpxtop.ui.widgets.alerts_bar import AlertsBar
+from lpxtop.ui.widgets.gpu_panel import GpuPanel
+from lpxtop.ui.widgets.header_bar import HeaderBar
+from lpxtop.ui.widgets.host_panel import HostPanel
+from lpxtop.ui.widgets.load_chart import SweepCharts
+from lpxtop.ui.widgets.load_steps import LoadStepPanel
+
+# The load screen's keys, for its help (a test compares them with the bindings).
+LOAD_KEY_HELP: tuple[tuple[str, str], ...] = (
+    ("q / Ctrl-C", "stop the test at once and quit: the finished steps' report is written, the step under "
+     "way is marked partial"),
+    ("?", "this help (Esc or ? closes it)"),
+    ("2 3", "show or hide a panel: GPU, host"),
+    ("t", "cycle the colour theme"),
+)
+LOAD_LEGEND = (
+    "Per step, over its counted requests (sent in the measured window): ok / fail; req/s and tok/s over the\n"
+    "measured duration (first send to last completion); TTFT, E2E, TPOT, ITL in ms unless marked s;\n"
+    "queue↑ KV↑: the server's peak waiting requests and KV-cache use during the window; goodput: requests/s\n"
+    "that met every per-request bound of the SLO. ✓ the capacity (highest step that met the SLO), ◆ the knee\n"
+    "(most throughput per unit of latency). Italic: the step under way, over its requests so far.\n"
+    "client-limited: lpxtop itself was short of CPU in that step; its figures are not trusted."
+)
+TALL = 36
+INTERRUPTED = 130
+SHORT = 30  # below this many rows the GPU and host panels give their room to the charts (2 / 3 bring them back)
+
+
+def render_load_header(snap: Snapshot, load: LoadState, palette: Palette) -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(f" lpxtop {snap.version} ", style="bold")
+    text.append("LOAD TEST ", style=palette.warning)
+    text.append("│ ", style=palette.muted)
+    text.append(snap.host_name)
+    text.append(" │ ", style=palette.muted)
+    text.append(load.target)
+    if load.model:
+        text.append(f" · {load.model}", style=palette.muted)
+    text.append(" │ up ", style=palette.muted)
+    text.append(fmt_duration(snap.wall_time - snap.started_at))
+    if load.slo_text:
+        text.append(" │ SLO ", style=palette.muted)
+        text.append(load.slo_text)
+    return text
+
+
+class LoadScreen(Screen):
+    """What a load test shows while it runs, and after it ends (until `q`)."""
+
+    DEFAULT_CSS = """
+    LoadScreen #load-panel { height: auto; max-height: 60%; }
+    LoadScreen #sweep-panel { height: 1fr; min-height: 8; }
+    LoadScreen #load-lower { height: 9; }
+    LoadScreen.-tall #load-lower { height: 12; }
+    LoadScreen.-short #load-lower { display: none; }
+    LoadScreen #load-lower #gpu-panel { width: 1fr; height: 1fr; }
+    LoadScreen #load-lower #host-panel { width: 1fr; height: 1fr; }
+    """
+
+    BINDINGS = [
+        Binding("question_mark", "load_help", "help", key_display="?"),
+        Binding("q", "stop_test", "stop & quit"),
+        Binding("ctrl+c", "stop_test(True)", "stop & quit", show=False, priority=True),
+        Binding("2", "toggle_panel('gpu-panel')", "GPU", show=False),
+        Binding("3", "toggle_panel('host-panel')", "host", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._snap: Snapshot | None = None
+        self._mounted_once = False
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(id="header")
+        yield AlertsBar(id="alerts")
+        with Vertical(id="load-panel", classes="panel"):
+            yield LoadStepPanel(id="load-steps-panel")
+        with Vertical(id="sweep-panel", classes="panel"):
+            yield SweepCharts(id="sweep")
+        with Horizontal(id="load-lower"):
+            yield GpuPanel(id="gpu-panel", classes="panel")
+            yield HostPanel(id="host-panel", classes="panel")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.query_one("#load-panel").border_title = "Load test"
+        self.query_one("#sweep-panel").border_title = "Sweep: one point per finished step"
+        self.query_one("#gpu-panel").border_title = "GPU"
+        self.query_one("#host-panel").border_title = "Host"
+        self._apply_size_classes()
+        self._mounted_once = True
+        snap = getattr(self.app, "snapshot", None)
+        if snap is not None:
+            self._snap = None
+            self.show_snapshot(snap)
+
+    def on_resize(self) -> None:
+        self._apply_size_classes()
+        self.call_after_refresh(self.rerender)
+
+    def _apply_size_classes(self) -> None:
+        self.set_class(self.size.height >= TALL, "-tall")
+        self.set_class(self.size.height < SHORT, "-short")
+
+    def on_screen_resume(self) -> None:
+        snap = getattr(self.app, "snapshot", None)
+        if snap is not None:
+            self.show_snapshot(snap)
+
+    def show_snapshot(self, snap: Snapshot) -> None:
+        if self._snap is not None and (snap is self._snap or (snap.seq == self._snap.seq and snap.seq != 0)):
+            return
+        self._snap = snap
+        if self._mounted_once:
+            self._draw(force=False)
+
+    def rerender(self, force: bool = False) -> None:
+        if self._snap is not None and self._mounted_once:
+            self._draw(force=force)
+
+    def _draw(self, force: bool) -> None:
+        snap = self._snap
+        assert snap is not None
+        load = snap.load
+        app = self.app
+        palette = app.palette  # type: ignore[attr-defined]
+        thresholds = app.thresholds  # type: ignore[attr-defined]
+        if load is not None:
+            self.query_one(HeaderBar).show(render_load_header(snap, load, palette))
+            server = snap.endpoints[0].server if snap.endpoints else None
+            self.query_one(LoadStepPanel).show(load, server, snap.wall_time, palette, force=force)
+            self.query_one(SweepCharts).show(load, force=force)
+            title = f"Load test · {load.mode.replace('_', ' ')}{' search' if load.search else ''}"
+            if load.capacity is not None and load.capacity.level is not None:
+                title += " · " + load.capacity.sentence.removeprefix("capacity: ").split(" (")[0] + " within the SLO"
+            panel = self.query_one("#load-panel")
+            if panel.border_title != title:
+                panel.border_title = title
+        self.query_one(AlertsBar).show(snap.alerts, palette, force=force)
+        gpu = self.query_one(GpuPanel)
+        if gpu.display:
+            gpu.show(snap.gpu, thresholds, palette, force=force)
+        host = self.query_one(HostPanel)
+        if host.display:
+            host.show(snap.host, thresholds, palette, force=force)
+
+    def action_load_help(self) -> None:
+        self.app.push_screen(LoadHelpScreen())
+
+    def action_stop_test(self, interrupted: bool = False) -> None:
+        stop = getattr(self.app.source, "stop_load", None)  # type: ignore[attr-defined]
+        if stop is not None:
+            stop()
+        self.app.exit(return_code=INTERRUPTED if interrupted else 0)  # Ctrl-C: the shell's 130, as headless
+
+    def action_toggle_panel(self, panel_id: str) -> None:
+        lower = self.query_one("#load-lower")
+        widget = self.query_one(f"#{panel_id}")
+        if self.has_class("-short"):  # the panels were set aside for room: bring this one back
+            self.remove_class("-short")
+            for other in ("gpu-panel", "host-panel"):
+                self.query_one(f"#{other}").display = other == panel_id
+        else:
+            widget.display = not widget.display
+        lower.display = self.query_one("#gpu-panel").display or self.query_one("#host-panel").display
+        self.call_after_refresh(self.rerender)
+
+
+class LoadHelpScreen(HelpScreen):
+    """The help of the load screen: its keys and what its columns mean."""
+
+    def compose(self) -> ComposeResult:
+        from rich.text import Text as RichText
+        from textual.containers import VerticalScroll
+        from textual.widgets import Static
+
+        width = max(len(k) for k, _ in LOAD_KEY_HELP) + 2
+        table = RichText()
+        for i, (keys, description) in enumerate(LOAD_KEY_HELP):
+            table.append(("\n" if i else "") + f"{keys:<{width}}", style="bold")
+            table.append(description)
+        with VerticalScroll(id="help-body") as body:
+            body.border_title = "lpxtop load keys"
+            body.border_subtitle = "Esc closes"
+            yield Static(table, id="help-keys")
+            yield Static(RichText(LOAD_LEGEND), id="help-legend")

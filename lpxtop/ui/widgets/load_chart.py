@@ -1,0 +1,241 @@
+"""The sweep charts of a load test: one point per finished step, latency and throughput against the load.
+
+Two charts side by side, each with two y axes: TTFT p50/p95 in ms (left) with E2E p50/p95 in s (right), and output
+tokens/s (left) with requests/s (right). A vertical line marks the knee (where throughput per unit of
+latency peaks) and one the capacity (the highest step that met the SLO). Built with plotext like the detail
+screen's charts (`widgets/charts.py`): the figure is cleared before and after every build, and a chart is
+redrawn only when its data, its size or the theme changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import Static
+
+from lpxtop.model.load import LoadState, StepResult, level_unit
+from lpxtop.ui.widgets.charts import MIN_HEIGHT, MIN_WIDTH, RGB, _hex
+
+
+@dataclass(frozen=True)
+class Line:
+    label: str
+    xs: tuple[float, ...]
+    ys: tuple[float, ...]
+    color: int
+    right: bool = False  # on the right-hand y axis
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A vertical line at x: the knee or the capacity."""
+
+    label: str
+    x: float
+    color: int
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    title: str
+    lines: tuple[Line, ...] = ()
+    marks: tuple[Mark, ...] = ()
+    x_label: str = ""
+    left_unit: str = ""
+    right_unit: str = ""
+    empty_message: str = "one point per finished step"
+
+    @property
+    def empty(self) -> bool:
+        return not any(line.ys for line in self.lines)
+
+
+def _points(steps: list[StepResult], value) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    pts = [(s.level, value(s)) for s in steps]
+    pts = [(x, y) for x, y in pts if y is not None]
+    return tuple(x for x, _ in pts), tuple(y for _, y in pts)
+
+
+def sweep_specs(state: LoadState) -> tuple[SweepSpec, SweepSpec]:
+    """The latency chart and the throughput chart of `state`'s finished steps (ordered by load)."""
+    steps = sorted((s for s in state.steps if s.status != "partial" or s.requests), key=lambda s: s.level)
+    marks = []
+    if state.knee_index is not None and state.knee_index < len(state.steps):
+        marks.append(Mark("knee", state.steps[state.knee_index].level, 3))
+    cap = state.capacity
+    if cap is not None and cap.level is not None:
+        marks.append(Mark("capacity", cap.level, 2))
+    x_label = level_unit(state.mode)
+    latency = SweepSpec(
+        title="latency ms",
+        lines=(
+            Line("TTFT p50", *_points(steps, lambda s: s.ttft_ms.p50 if s.ttft_ms else None), 0),
+            Line("p95", *_points(steps, lambda s: s.ttft_ms.p95 if s.ttft_ms else None), 1),
+            Line("E2E p50 s (r)", *_points(steps, lambda s: s.e2el_ms.p50 / 1000 if s.e2el_ms else None), 2, True),
+            Line("p95 (r)", *_points(steps, lambda s: s.e2el_ms.p95 / 1000 if s.e2el_ms else None), 4, True),
+        ),
+        marks=tuple(marks),
+        x_label=x_label,
+        left_unit="ms",
+        right_unit="s",
+    )
+    throughput = SweepSpec(
+        title="throughput",
+        lines=(
+            Line("output tok/s", *_points(steps, lambda s: s.output_throughput), 0),
+            Line("req/s (r)", *_points(steps, lambda s: s.request_throughput), 1, True),
+        ),
+        marks=tuple(marks),
+        x_label=x_label,
+        left_unit="tok/s",
+        right_unit="req/s",
+    )
+    return latency, throughput
+
+
+def build_sweep(spec: SweepSpec, width: int, height: int, colors: tuple[RGB, ...]) -> str:
+    """The chart as ANSI text, `width` × `height` cells."""
+    import plotext
+
+    fig = plotext.figure
+    fig.clear()
+    try:
+        fig.plot_size(width, height)
+        fig.theme("simple")
+        fig.legend(active=False)
+        xs = [x for line in spec.lines for x in line.xs]
+        x_low, x_high = (min(xs), max(xs)) if xs else (0.0, 1.0)
+        spans: dict[bool, tuple[float, float]] = {}
+        for line in spec.lines:
+            if not line.xs:
+                continue
+            side = "right" if line.right else "left"
+            lo, hi = spans.get(line.right, (min(line.ys), max(line.ys)))
+            spans[line.right] = (min(lo, *line.ys), max(hi, *line.ys))
+            marker = plotext.marker("hd", plotext.pixel(foreground=colors[line.color % len(colors)]))
+            sig = fig.signal(list(line.xs), list(line.ys), marker=marker, yside=side)
+            sig.lines()
+            fig.draw(sig)
+            if len(line.xs) == 1:  # one step: a dot is easy to miss, draw a short flat stroke
+                half = max(0.5, abs(line.xs[0]) * 0.02)
+                stroke = fig.signal([line.xs[0] - half, line.xs[0] + half], [line.ys[0]] * 2, marker=marker, yside=side)
+                stroke.lines()
+                fig.draw(stroke)
+        for right, (a, b) in spans.items():  # plain tick labels: plotext writes 2200 as "2.2e3"
+            ticks = _ticks(a, b, max(2, min(5, height // 3)))
+            fig.ruler("y", side="right" if right else "left").ticks(ticks, [_tick_text(t) for t in ticks])
+        lo, hi = spans.get(False, spans.get(True, (0.0, 1.0)))
+        for mark in spec.marks:
+            if not x_low <= mark.x <= x_high:
+                continue
+            marker = plotext.marker("hd", plotext.pixel(foreground=colors[mark.color % len(colors)]))
+            sig = fig.signal([mark.x, mark.x], [lo, hi], marker=marker, yside="left" if False in spans else "right")
+            sig.lines()
+            fig.draw(sig)
+        levels = sorted(set(xs))
+        if 1 < len(levels) <= max(2, width // 8):  # ticks at the steps' loads, when they fit
+            fig.ruler("x").ticks(levels, [f"{v:g}" for v in levels])
+        if spec.x_label:
+            fig.label(spec.x_label)
+        return fig.build().string()
+    finally:
+        fig.clear()
+
+
+def _ticks(lo: float, hi: float, count: int) -> list[float]:
+    if hi <= lo:
+        return [lo]
+    step = (hi - lo) / (count - 1)
+    return [lo + i * step for i in range(count)]
+
+
+def _tick_text(value: float) -> str:
+    """At most 5 characters: 0.12, 3.4, 45.6, 1234, 12.3k."""
+    v = abs(value)
+    if v >= 99_950:
+        return f"{value / 1000:.0f}k"
+    if v >= 10_000:
+        return f"{value / 1000:.1f}k"
+    if v >= 100:
+        return f"{value:.0f}"
+    if v >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+class SweepChart(Static):
+    """One sweep chart: a title line naming the lines in their colours, then the plot."""
+
+    DEFAULT_CSS = """
+    SweepChart { height: 1fr; min-height: 6; text-wrap: nowrap; text-overflow: ellipsis; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("", **kwargs)
+        self.spec: SweepSpec | None = None
+        self._key: tuple | None = None
+
+    def set_spec(self, spec: SweepSpec) -> None:
+        self.spec = spec
+        self.redraw()
+
+    def on_resize(self) -> None:
+        self.redraw()
+
+    def redraw(self, *, force: bool = False) -> None:
+        spec = self.spec
+        palette = getattr(self.app, "palette", None)
+        width, height = self.content_size.width, self.content_size.height
+        if spec is None or palette is None or width <= 0 or height <= 0:
+            return
+        key = (spec, width, height, id(palette))
+        if key == self._key and not force:
+            return
+        self._key = key
+        colors = palette.chart
+        title = Text(no_wrap=True, overflow="ellipsis")
+        title.append(spec.title, style="bold")
+        for line in spec.lines:
+            title.append("  ━ ", style=_hex(colors[line.color % len(colors)]))
+            title.append(line.label)
+        for mark in spec.marks:
+            title.append("  ┃ ", style=_hex(colors[mark.color % len(colors)]))
+            title.append(mark.label)
+        if spec.empty or width < MIN_WIDTH or height - 1 < MIN_HEIGHT:
+            message = spec.empty_message if spec.empty else "(too small to draw: enlarge the terminal)"
+            self.update(Text("\n").join([title, Text(message, style=palette.muted)]), layout=False)
+            return
+        plot = Text.from_ansi(build_sweep(spec, width, height - 1, colors), no_wrap=True)
+        self.update(Text("\n").join([title, plot]), layout=False)
+
+
+class SweepCharts(Horizontal):
+    """The latency and throughput charts side by side."""
+
+    DEFAULT_CSS = """
+    SweepCharts { height: 1fr; min-height: 6; }
+    SweepCharts SweepChart { width: 1fr; padding: 0 1 0 0; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._key: tuple | None = None
+
+    def compose(self) -> ComposeResult:
+        yield SweepChart(id="sweep-latency")
+        yield SweepChart(id="sweep-throughput")
+
+    def show(self, state: LoadState, *, force: bool = False) -> None:
+        key = (state.steps, state.knee_index, state.capacity)
+        if key == self._key and not force:
+            return
+        self._key = key
+        latency, throughput = sweep_specs(state)
+        self.query_one("#sweep-latency", SweepChart).set_spec(latency)
+        self.query_one("#sweep-throughput", SweepChart).set_spec(throughput)
+        if force:
+            for chart in self.query(SweepChart):
+                chart.redraw(force=True)

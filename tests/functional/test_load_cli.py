@@ -1,0 +1,118 @@
+"""`lpxtop load` as a user runs it: a real process against the simulated server, its exit status, its
+files, and Ctrl-C in the middle of a step."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lpxtop.sim.config import SimConfig
+from lpxtop.sim.thread import start_sim_in_thread
+from tests.functional.simhelpers import free_port
+
+pytestmark = pytest.mark.timeout(60)
+REPO = Path(__file__).resolve().parents[2]
+FAST_SIM = SimConfig(max_num_seqs=2, itl_ms=4.0, ttft_ms=10.0, jitter=0.0, seed=4)
+RELAXED = ["--client-lag-limit", "1000", "--client-cpu-wait-limit", "1"]  # a busy shared box: see loadhelpers
+
+
+def lpxtop(*argv: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "lpxtop", "load", *argv], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def test_headless_run_writes_json_csv_and_requests_that_agree_and_fail_on_slo_exits_3(tmp_path):
+    with start_sim_in_thread(FAST_SIM) as sim:
+        proc = lpxtop(sim.url, "--concurrency", "1,4", "--duration", "0.8", "--warmup", "0.2", "--output-tokens", "12",
+                      "--ignore-eos", "--slo", "ttft_p95<=1ms", "--fail-on-slo", "--no-ui", "--json", "-",
+                      "--csv", str(tmp_path / "steps.csv"), "--requests-jsonl", str(tmp_path / "req.jsonl"), *RELAXED)
+        out, err = proc.communicate(timeout=45)
+    assert proc.returncode == 3, err  # the run finished; --fail-on-slo turns the missed SLO into 3
+    report = json.loads(out)  # stdout holds the JSON alone: the table and the sentence go to stderr
+    assert report["schema"] == "lpxtop-load/1" and report["outcome"] == "done" and report["partial"] is False
+    assert report["target"]["model"] == "sim-llama-8b" and report["target"]["server_kind"] == "vllm"
+    assert [s["concurrency"] for s in report["steps"]] == [1, 4]
+    assert all(s["slo_met"] is False for s in report["steps"])
+    assert report["capacity"] == {**report["capacity"], "concurrency": None}
+    assert "capacity: none" in err and "step 2 done" in err
+    rows = list(csv.DictReader((tmp_path / "steps.csv").open()))
+    lines = [json.loads(x) for x in (tmp_path / "req.jsonl").read_text().splitlines()]
+    for step, row in zip(report["steps"], rows):
+        counted = [x for x in lines if x["step"] == step["index"] and x["counted"]]
+        assert step["completed"] == int(row["completed"]) == len(counted)
+        assert float(row["median_ttft_ms"]) == step["median_ttft_ms"]
+        assert float(row["output_throughput"]) == step["output_throughput"]
+        assert step["total_output_tokens"] == sum(x["output_tokens"] for x in counted) == 12 * len(counted)
+    assert {x["phase"] for x in lines} >= {"warmup", "measured"}
+
+
+def test_a_target_that_is_down_exits_1_and_says_so(tmp_path):
+    port = free_port()
+    proc = lpxtop(f"127.0.0.1:{port}", "--concurrency", "1", "--no-ui", "--json", str(tmp_path / "r.json"))
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    assert "refused" in err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["outcome"] == "target_down" and report["steps"] == [] and "refused" in report["error"]
+
+
+def test_ctrl_c_mid_step_stops_at_once_and_leaves_a_valid_partial_report(tmp_path):
+    path = tmp_path / "r.json"
+    with start_sim_in_thread(FAST_SIM) as sim:
+        proc = lpxtop(sim.url, "--concurrency", "1,2", "--duration", "1", "--warmup", "0.2", "--output-tokens", "12",
+                      "--slo", "ttft_p95<=5s", "--no-ui", "--json", str(path), *RELAXED)
+        # wait (bounded) until the second step measures, then interrupt it
+        deadline = time.monotonic() + 40
+        seen = []
+        assert proc.stderr is not None
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            seen.append(line)
+            if "step 2: 2 concurrent, measuring" in line:
+                break
+        assert any("step 2: 2 concurrent, measuring" in s for s in seen), seen
+        time.sleep(0.3)
+        sent_at = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+        stopped_in = time.monotonic() - sent_at
+    assert proc.returncode == 130, err
+    assert stopped_in < 3.0  # at once: in-flight requests are cancelled, not waited for
+    report = json.loads(path.read_text())
+    assert report["outcome"] == "stopped" and report["partial"] is True
+    first, second = report["steps"]
+    assert first["status"] == "done" and first["slo_met"] is True and first["completed"] > 0
+    assert second["status"] == "partial" and second["duration"] < 1.0
+    assert report["capacity"]["concurrency"] == 1  # a partial step is never the capacity
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX pseudo-terminals")
+@pytest.mark.parametrize("key, code", [(b"\x03", 130)], ids=["ctrl-c"])  # q: the Pilot tests
+def test_the_dashboard_on_a_terminal_stops_at_once_and_writes_the_report(tmp_path, key, code):
+    from tests.functional.test_ui_terminal import Terminal
+
+    path = tmp_path / "r.json"
+    with start_sim_in_thread(FAST_SIM) as sim:
+        term = Terminal("load", sim.url, "--concurrency", "1,2", "--duration", "1", "--warmup", "0.2", "--refresh", "0.2",
+                        "--output-tokens", "12", "--json", str(path), *RELAXED)
+        try:
+            term.wait_for("2 concurrent · measuring", timeout_s=40)  # the second step's window is open
+            sent_at = time.monotonic()
+            term.type(key, pause_s=0)
+            assert term.proc.wait(20) == code
+            assert time.monotonic() - sent_at < 5.0
+        finally:
+            term.close()
+    report = json.loads(path.read_text())
+    assert report["outcome"] == "stopped"
+    assert [s["status"] for s in report["steps"]] == ["done", "partial"]

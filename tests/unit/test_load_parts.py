@@ -1,0 +1,147 @@
+"""Smaller parts of `lpxtop load`: the server's counters, prompt calibration, reports, the command line."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import replace
+
+import pytest
+
+from lpxtop.cli import main
+from lpxtop.config import ConfigError
+from lpxtop.load.cli import build_parser, is_local, plan_from_args
+from lpxtop.load.prompts import FILLER_WORDS, Calibration, filler_text
+from lpxtop.load.report import report_json, steps_csv, write_text
+from lpxtop.load.server_window import ServerWatch, parse_counters
+from lpxtop.model.events import ScrapeEvent
+from lpxtop.model.load import Capacity, LoadState, ServerDuringStep, StepResult
+from lpxtop.model.server import ServerMetrics
+from lpxtop.sim.text import chat_prompt_tokens
+from tests.conftest import FIXTURES
+
+
+def test_vllm_counters_from_a_real_capture():
+    text = (FIXTURES / "metrics" / "vllm-0.32.0-cpu-local-capture-after-load.txt").read_text()
+    r = parse_counters(text, 1.0)
+    assert r is not None and r.kind == "vllm"
+    assert (r.prefix_queries, r.prefix_hits, r.preemptions, r.generation_tokens) == (519.0, 0.0, 0.0, 2784.0)
+    assert r.ttft_count == 18.0 and r.ttft_sum == pytest.approx(182.39879608154297)  # ms
+    assert r.queue_count == 18.0 and (r.running, r.waiting, r.kv_usage) == (0.0, 0.0, 0.0)
+
+
+def test_llamacpp_cached_tokens_are_left_out_of_its_prompt_counter():
+    text = (FIXTURES / "metrics" / "llamacpp-server-0c1e5709-local-capture-after-load.txt").read_text()
+    r = parse_counters(text, 1.0)
+    assert r is not None and r.kind == "llamacpp"
+    assert (r.prefix_hits, r.prefix_queries) == (206.0, 273.0 + 206.0)
+
+
+def test_not_metrics_of_a_known_server():
+    assert parse_counters("just some text", 1.0) is None
+
+
+def test_step_server_figures_are_window_deltas_and_scrape_peaks():
+    text = (FIXTURES / "metrics" / "vllm-0.32.0-cpu-local-capture-after-load.txt").read_text()
+    first = parse_counters(text, 10.0)
+    last = replace(first, wall_time=20.0, preemptions=3.0, prefix_hits=50.0, prefix_queries=1019.0,
+                   ttft_sum=first.ttft_sum + 400.0, ttft_count=first.ttft_count + 10, generation_tokens=3784.0)
+    watch = ServerWatch("load", "http://127.0.0.1:1/metrics")
+    for t, waiting, kv in ((9.0, 9.0, 0.9), (12.0, 3.0, 0.5), (15.0, 7.0, 0.6), (21.0, 11.0, 0.95)):
+        watch.on_engine_event(ScrapeEvent("load", t, ServerMetrics(kind="vllm", requests_waiting=waiting,
+                                                                   requests_running=4.0, kv_cache_usage=kv)))
+    watch.on_engine_event(ScrapeEvent("other", 13.0, ServerMetrics(kind="vllm", requests_waiting=99.0)))
+    d = watch.during(10.0, 20.0, first, last)
+    assert (d.peak_requests_waiting, d.peak_kv_cache_usage, d.peak_requests_running) == (7.0, 0.6, 4.0)
+    assert (d.preemptions, d.generation_tokens) == (3.0, 1000.0)
+    assert d.prefix_cache_hit_rate == pytest.approx(50 / 500)
+    assert d.mean_ttft_ms == pytest.approx(40.0)
+
+
+def test_calibration_aims_at_the_servers_token_count():
+    # the simulator's tokenizer: one token per word plus the chat template and the random prefix
+    def server_tokens(words: int) -> int:
+        text = f"[0123456789ab] {filler_text(words)}"
+        return len(chat_prompt_tokens([{"role": "user", "content": text}]))
+
+    cal = Calibration.from_points(64, server_tokens(64), 128, server_tokens(128))
+    for target in (128, 1024, 4096):
+        assert server_tokens(cal.words_for(target)) == target
+    assert all(len(w) <= 5 for w in FILLER_WORDS)
+
+
+def _state() -> LoadState:
+    s1 = StepResult(index=0, mode="concurrency", level=1.0, concurrency=1, request_rate=None, burstiness=None,
+                    max_concurrency=None, input_tokens_target=None, output_tokens_target=8, status="done",
+                    started_at=5.0, duration_s=2.0, completed=4, failed=1, errors=(("http_5xx", 1),),
+                    output_throughput=16.0, server=ServerDuringStep(kind="vllm", peak_requests_waiting=2.0))
+    return LoadState(target="http://127.0.0.1:8000/v1", model="m", mode="concurrency", search=False,
+                     planned_levels=(1.0,), slo_text=None, duration_s=2.0, warmup_s=0.0, phase="done",
+                     steps=(s1,), capacity=Capacity("concurrency", None, None, "no --slo given", "capacity: not judged"))
+
+
+def test_report_json_and_csv():
+    state = _state()
+    report = report_json(state, plan_summary={"api": "chat"}, outcome="done")
+    assert report["schema"] == "lpxtop-load/1"
+    assert set(report) >= {"target", "slo", "steps", "capacity", "partial"}
+    assert report["capacity"]["concurrency"] is None and report["capacity"]["reason"] == "no --slo given"
+    rows = list(csv.DictReader(io.StringIO(steps_csv(state.steps))))
+    assert len(rows) == 1
+    assert rows[0]["concurrency"] == "1" and rows[0]["errors"] == "http_5xx:1"
+    assert rows[0]["output_throughput"] == "16.0" and rows[0]["server_peak_requests_waiting"] == "2.0"
+    assert rows[0]["median_ttft_ms"] == ""
+
+
+def test_write_text_replaces_the_file_whole(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text("old")
+    write_text(str(path), json.dumps({"a": 1}))
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def args(*argv: str):
+    return build_parser("load").parse_args(list(argv))
+
+
+def test_plans_from_flags():
+    plan = plan_from_args(args("127.0.0.1:9", "--concurrency", "1,5,10", "--duration", "3"))
+    assert (plan.mode, plan.levels, plan.search, plan.duration_s) == ("concurrency", (1, 5, 10), False, 3.0)
+    plan = plan_from_args(args("127.0.0.1:9", "--rate", "2", "--input-tokens", "128,1024", "--ignore-eos"))
+    assert (plan.mode, plan.levels, plan.rate, plan.concurrency) == ("input_tokens", (128, 1024), 2.0, None)
+    assert dict(plan.step_endpoint(128, None).extra_body) == {"ignore_eos": True}
+    plan = plan_from_args(args("127.0.0.1:9", "--sweep", "rate", "--rate", "4", "--slo", "ttft_p95<=1s"))
+    assert (plan.mode, plan.levels, plan.search, plan.max_level) == ("rate", (4.0,), True, 1000.0)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (("--concurrency", "1,2", "--rate", "3"), "not both"),
+    (("--concurrency", "1,2", "--input-tokens", "5,6"), "only one of"),
+    (("--sweep", "concurrency",), "give --slo"),
+    (("--sweep", "concurrency", "--slo", "ttft_p95<=1s", "--concurrency", "1,2"), "one starting value"),
+    (("--slo", "ttft_p95>=1s", "--concurrency", "1"), "upper bounds"),
+    ((), "say what load to run"),
+])
+def test_usage_mistakes(argv, words):
+    with pytest.raises(ConfigError, match=words):
+        plan_from_args(args("127.0.0.1:9", *argv))
+
+
+def test_usage_mistakes_exit_2_before_any_request(capsys):
+    assert main(["load", "127.0.0.1:9", "--concurrency", "0"]) == 2
+    assert "--concurrency '0' must be" in capsys.readouterr().err
+
+
+def test_only_this_machine_is_loaded_without_asking():
+    assert is_local("http://127.0.0.1:8000/v1") and is_local("http://localhost:1/v1") and is_local("http://[::1]:8/v1")
+    assert not is_local("http://10.0.0.5:8000/v1") and not is_local("https://api.example.com/v1")
+
+
+def test_a_remote_target_needs_yes_when_nobody_can_answer(capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    assert main(["load", "10.255.255.1:8000", "--concurrency", "1,2", "--duration", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "will send 2 step(s): 1 concurrent, 2 concurrent to http://10.255.255.1:8000/v1" in err
+    assert "pass --yes" in err
