@@ -74,6 +74,14 @@ def _number(low: float, high: float) -> Callable[[str], float]:
 
 
 _seconds = _number(MIN_SECONDS, MAX_SECONDS)
+
+
+def _positive_float(text: str) -> float:
+    """An argparse type: a finite number greater than 0 (and below 1e12: NaN, Infinity and 1e300 are usage errors)."""
+    value = _number(0.0, 1e12)(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return value
 _finite = _number(-1e12, 1e12)
 
 
