@@ -28,9 +28,10 @@ def wants_chat(config: EndpointConfig) -> bool:
 class AgentProber:
     """Runs one endpoint's agent steps (never two at once) and keeps their window. Engine loop only."""
 
-    def __init__(self, config: EndpointConfig, window_s: float, max_samples: int) -> None:
+    def __init__(self, config: EndpointConfig, window_s: float, max_samples: int, *,
+                 include_client_limited: bool = False) -> None:
         self.config = config
-        self.window = AgentWindow(window_s, max_samples)
+        self.window = AgentWindow(window_s, max_samples, include_client_limited=include_client_limited)
         self.include_usage = True
         self.in_flight = False
         self.tools: ToolSet | None = None
