@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 from lpxtop import __version__
-from lpxtop.engine.agent.prober import AgentProber, wants_agent, wants_chat
+from lpxtop.engine.agent.prober import AgentProber, wants_agent, wants_chat, with_agent
 from lpxtop.engine.clientlimit import LoopLag, ThreadCpuWait
 from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
@@ -200,10 +200,7 @@ class _EndpointState:
         view = self.window.view(self.config, now=now, model=self.model, server=self.server,
                                 server_kind=self.server_kind, in_flight=self.in_flight)
         if self.agent is not None:
-            agent = self.agent.view(now)
-            # An endpoint probed by agent steps alone takes its status from them.
-            status = view.status if wants_chat(self.config) else agent.status
-            view = replace(view, agent=agent, status=status, in_flight=view.in_flight or agent.in_flight)
+            view = with_agent(view, self.config, self.agent.view(now))
         self._view = (self.version, now, view)
         return view
 

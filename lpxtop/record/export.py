@@ -20,14 +20,16 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import fields, is_dataclass
 from typing import IO, Any
 
+from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.events import AlertsEvent, ControlEvent, GpuEvent, SampleEvent, ScrapeEvent, SystemEvent
 from lpxtop.record.reading import Event, Recording
 from lpxtop.record.records import Mark
 
 FORMATS = ("jsonl", "csv", "openmetrics")
-WHAT = ("probes", "server", "gpu", "host", "alerts", "load", "marks")
+WHAT = ("probes", "agent", "server", "gpu", "host", "alerts", "load", "marks")
 _STREAM_TYPES: dict[str, tuple[type, ...]] = {
     "probes": (SampleEvent,),
+    "agent": (AgentStepEvent,),
     "server": (ScrapeEvent,),
     "gpu": (GpuEvent,),
     "host": (SystemEvent,),
@@ -82,6 +84,8 @@ def _stream_rows(events: Iterable[Event], what: Sequence[str]) -> Iterator[tuple
         rows: list[dict] = []
         if kind is SampleEvent:
             rows = [probe_row(record, event.t)]
+        elif kind is AgentStepEvent:
+            rows = [agent_step_row(record, event.t)]
         elif kind is ScrapeEvent:
             rows = [{"type": "server", "endpoint": record.endpoint, "time": record.wall_time,
                      **record.metrics.to_json()}]
@@ -117,6 +121,21 @@ def probe_row(event: SampleEvent, recorded_at: float | None = None) -> dict:
         if f.name in ("endpoint", "wall_time", "error_kind") or f.name in row:
             continue
         row[f.name] = _plain(getattr(s, f.name))
+    if recorded_at is not None:
+        row["recorded_at"] = recorded_at
+    return row
+
+
+def agent_step_row(event: AgentStepEvent, recorded_at: float | None = None) -> dict:
+    """One agent step as a JSON object: `type` "agent_step", `endpoint`, `time` (Unix seconds, when call 1
+    was sent), `ok`, `error` (the kind, or null), then every other field of the step (times in ms)."""
+    step = event.step
+    row: dict[str, Any] = {"type": "agent_step", "endpoint": event.endpoint, "time": step.wall_time, "ok": step.ok,
+                           "error": step.error_kind}
+    for f in fields(step):
+        if f.name in ("endpoint", "wall_time", "error_kind"):
+            continue
+        row[f.name] = _plain(getattr(step, f.name))
     if recorded_at is not None:
         row["recorded_at"] = recorded_at
     return row
@@ -250,6 +269,10 @@ FAMILIES: tuple[Family, ...] = (
     ("lpxtop_probe_tpot_seconds", "time per output token of one probe", "probe", _ms_to_s("tpot_ms"), _endpoint),
     ("lpxtop_probe_itl_mean_seconds", "mean inter-token latency of one probe", "probe", _itl_mean, _endpoint),
     ("lpxtop_probe_output_tokens", "output tokens of one probe", "probe", _key("output_tokens"), _endpoint),
+    ("lpxtop_agent_step_seconds", "one agent step: call 1's send to the answer's last token", "agent_step",
+     _ms_to_s("step_ms"), _endpoint),
+    ("lpxtop_agent_time_to_tool_call_seconds", "one agent step: call 1's send to its tool call's last fragment",
+     "agent_step", _ms_to_s("time_to_tool_call_ms"), _endpoint),
     ("lpxtop_server_requests_running", "requests the server is running", "server", _key("requests_running"),
      _endpoint),
     ("lpxtop_server_requests_waiting", "requests waiting in the server's queue", "server",
