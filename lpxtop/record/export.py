@@ -26,6 +26,7 @@ from lpxtop.record.reading import Event, Recording
 from lpxtop.record.records import Mark
 
 FORMATS = ("jsonl", "csv", "openmetrics")
+LOAD_MARKS = ("load_step", "load")  # lpxtop load's marks (lpxtop/load/recording.py)
 WHAT = ("probes", "agent", "server", "gpu", "host", "alerts", "load", "marks")
 _STREAM_TYPES: dict[str, tuple[type, ...]] = {
     "probes": (SampleEvent,),
@@ -69,7 +70,7 @@ def _rows(recording: Recording, what: Sequence[str], t_from: float | None, t_to:
         streams.append(_stream_rows(recording.events(t_from=t_from, t_to=t_to, types=types), what))
     marks = [m for m in recording.marks()
              if (t_from is None or m.t >= t_from) and (t_to is None or m.t <= t_to)
-             and (("load" in what and m.kind == "load_step") or ("marks" in what and m.kind != "load_step"))]
+             and (("load" in what and m.kind in LOAD_MARKS) or ("marks" in what and m.kind not in LOAD_MARKS))]
     if marks:
         streams.append((m.t, i, _mark_row(m)) for i, m in enumerate(marks))
     for _, _, row in heapq.merge(*streams, key=lambda x: (x[0], x[1])):
@@ -175,8 +176,8 @@ def _alert_rows(event: AlertsEvent, active: dict) -> Iterator[dict]:
 
 
 def _mark_row(mark: Mark) -> dict:
-    if mark.kind == "load_step":
-        return {"type": "load_step", "time": mark.t, **_except(mark.payload, "type", "time")}
+    if mark.kind in LOAD_MARKS:  # a load test's step ("load_step"), or its start or end ("load")
+        return {"type": mark.kind, "time": mark.t, **_except(mark.payload, "type", "time")}
     return {"type": "mark", "kind": mark.kind, "time": mark.t, **_except(mark.payload, "type", "kind", "time")}
 
 
