@@ -297,6 +297,10 @@ def _check_record_flags(args: argparse.Namespace) -> None:
         resolve(args, None, enabled=True, path=args.record_file)
     except ValueError as exc:
         raise ConfigError(f"recording: {exc}") from None
+    if args.record_file:
+        directory = os.path.dirname(os.path.abspath(os.path.expanduser(args.record_file)))
+        if not os.path.isdir(directory):
+            raise ConfigError(f"--record-file {args.record_file}: no directory {directory}")
 
 
 def _open_outputs(args: argparse.Namespace):

@@ -173,3 +173,11 @@ def test_no_record_writes_no_recording(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["recording"] is None
     assert not (state / "lpxtop").exists() and "recorded to" not in proc.stderr
+
+
+def test_record_flags_that_cannot_work_are_usage_errors_before_any_load(tmp_path):
+    for flags, said in ((["--record-file", str(tmp_path / "nowhere" / "r.lpxrec")], "no directory"),
+                        (["--max-size", "lots"], "recording:")):
+        proc = subprocess.run([sys.executable, "-m", "lpxtop", "load", f"127.0.0.1:{free_port()}", "--concurrency", "1",
+                               "--no-ui", *flags], cwd=REPO, capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2 and said in proc.stderr, proc.stderr
