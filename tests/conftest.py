@@ -14,6 +14,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 def _isolated_environment(monkeypatch, tmp_path_factory):
     # Never read the developer's own config or themes; never inherit an SSH session's settings.
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg")))
+    # ... and never write recordings into the developer's own state directory (`lpxtop load` records by default)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
     monkeypatch.delenv("SSH_CONNECTION", raising=False)
     monkeypatch.delenv("NO_COLOR", raising=False)
     os.environ.setdefault("TEXTUAL", "")

@@ -72,8 +72,8 @@ def _model_ids(payload: object) -> list[str] | None:
 async def _get_json(client: HttpClient, url: str, timeout_s: float) -> tuple[int, object]:
     """(status, parsed JSON or None); status 0 when nothing answered in `timeout_s` (the whole request)."""
     try:
-        resp = await asyncio.wait_for(client.get(url, timeout=timeout_s), timeout_s)
-    except (HttpError, OSError, asyncio.TimeoutError):
+        resp = await client.get(url, timeout=timeout_s)  # a float: each phase and the whole request (total)
+    except (HttpError, OSError):
         return 0, None
     try:
         return resp.status_code, resp.json()
@@ -109,16 +109,6 @@ async def _confirm(
     )
 
 
-async def _confirm_within(
-    client: HttpClient, port: int, kind: str | None, timeout_s: float
-) -> EndpointConfig | None:
-    # at most three requests (models, version, tags), each bounded: the candidate as a whole too
-    try:
-        return await asyncio.wait_for(_confirm(client, port, kind, timeout_s), 3 * timeout_s)
-    except asyncio.TimeoutError:
-        return None
-
-
 async def discover(
     client: HttpClient | None = None,
     timeout_s: float = 1.0,
@@ -144,7 +134,7 @@ async def discover(
 
     async def one(port: int, kind: str | None) -> EndpointConfig | None:
         async with gate:
-            return await _confirm_within(client, port, kind, timeout_s)
+            return await _confirm(client, port, kind, timeout_s)  # at most three requests, each bounded as a whole
 
     tasks = [asyncio.ensure_future(one(p, k)) for p, k in sorted(ports.items())]
     try:

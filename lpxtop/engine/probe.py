@@ -24,6 +24,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
+from urllib.parse import urlsplit
 
 from lpxtop import textsafe
 from lpxtop.engine.errors import classify_exception, http_error_kind
@@ -51,6 +52,7 @@ DRAIN_MAX_BYTES = 65536
 DRAIN_TIMEOUT_S = 0.5
 MAX_MESSAGE = 200
 MAX_NAME_CHARS = 256  # a model id, response id or finish reason longer than this is cut
+MAX_URL_CHARS = 300  # a redirect target shown and stored
 # After the first token, reads wait to be parsed together until this many bytes are waiting (see _LazyEvents)
 LAZY_MAX_BYTES = 65536
 # A body that is one JSON document (or an HTML page) instead of an event stream is kept up to this size
@@ -121,6 +123,8 @@ class _Measure:
     response_id: object = None
     model: object = None
     done: bool = False
+    pool_wait_ns: int | None = None
+    redirected_to: str | None = None
 
     def ms(self, t_ns: int | None) -> float | None:
         return None if t_ns is None else (t_ns - self.start_ns) / 1e6
@@ -244,6 +248,9 @@ async def _stream(client: HttpClient, body: dict, endpoint: EndpointConfig, m: _
         on_connect=connected,
     )
     m.start_ns = response.start_ns  # after any wait for lpxtop's own pool, and the attempt that succeeded
+    m.pool_wait_ns = response.pool_wait_ns
+    if response.redirects:
+        m.redirected_to = shown_url(response.url)
     try:
         if response.status_code != 200:
             # The status is the finding: from here on only the error body's own short bound applies.
@@ -653,7 +660,24 @@ def _sample(
         finish_reason=_name(m.finish_reason),
         retry_after_s=retry_after,
         end_wall_time=time.time(),
+        pool_wait_ms=m.pool_wait_ns / 1e6 if m.pool_wait_ns is not None else None,
+        redirected_to=m.redirected_to,
     )
+
+
+def shown_url(url: str) -> str | None:
+    """A URL a server sent (a redirect's target) as it may be shown and stored: no user:password, no query
+    string (signed URLs carry credentials there), outside text scrubbed and bounded."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = f"{host}:{parts.port}" if parts.port else host
+    except ValueError:
+        return None
+    text = f"{parts.scheme}://{netloc}{parts.path}" + ("?…" if parts.query else "")
+    return textsafe.scrub(text[:MAX_URL_CHARS]) or None
 
 
 async def fetch_models(
@@ -662,23 +686,16 @@ async def fetch_models(
     """Model ids from GET /v1/models, or () and a classified '<kind>: <message>' error. Never raises
     (except CancelledError).
 
-    Bounded as a whole by `timeout_s`: the client bounds each read, so a 200 that trickles a byte a
-    second would otherwise hold the caller for as long as it likes. (A task-level bound for now; the
-    client's own whole-request deadline can take its place.) The ids are server text: bounded in number
-    and length and scrubbed like every other.
+    Bounded as a whole by `timeout_s` (the client's total: a 200 that trickles a byte a second is cut
+    when the time is up, though each read alone would be on time). The ids are server text: bounded in
+    number and length and scrubbed like every other.
     """
-    try:
-        return await asyncio.wait_for(_fetch_models(client, endpoint, timeout_s), timeout_s)
-    except asyncio.TimeoutError:
-        return (), f"read_timeout: GET /models took longer than {timeout_s:g} s"
-
-
-async def _fetch_models(client: HttpClient, endpoint: EndpointConfig, timeout_s: float) -> tuple[tuple[str, ...], str | None]:
     try:
         response = await client.get(
             endpoint.api_url("/models"),
             headers=request_headers(endpoint, stream=False),
-            timeout=Timeout(connect=min(timeout_s, endpoint.connect_timeout_s), read=timeout_s, write=timeout_s, pool=timeout_s),
+            timeout=Timeout(connect=min(timeout_s, endpoint.connect_timeout_s), read=timeout_s, write=timeout_s,
+                            pool=timeout_s, total=timeout_s),
             max_bytes=MODELS_MAX_BYTES,
         )
     except asyncio.CancelledError:

@@ -18,10 +18,10 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from lpxtop import __version__
-from lpxtop.engine.agent.prober import AgentProber, wants_agent, wants_chat
+from lpxtop.engine.agent.prober import AgentProber, wants_agent, wants_chat, with_agent
 from lpxtop.engine.clientlimit import LoopLag, ThreadCpuWait
 from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
@@ -49,6 +49,7 @@ from lpxtop.model.snapshot import EndpointView, Snapshot
 from lpxtop.textsafe import scrub
 
 log = logging.getLogger("lpxtop.engine")
+_T = TypeVar("_T")
 
 MIN_INTERVAL_S = 0.25
 MAX_INTERVAL_S = 60.0
@@ -179,7 +180,9 @@ class _EndpointState:
         self.wake = _Waker()
         self.tasks: list[asyncio.Task] = []
         # The agent-step probe: a second probe loop with its own window and its own nap (engine/agent).
-        self.agent = AgentProber(config, settings.window_s, settings.max_samples) if wants_agent(config) else None
+        self.agent = (AgentProber(config, settings.window_s, settings.max_samples,
+                                  include_client_limited=settings.include_client_limited)
+                      if wants_agent(config) else None)
         self.agent_wake = _Waker()
 
     def wake_all(self) -> None:
@@ -197,10 +200,7 @@ class _EndpointState:
         view = self.window.view(self.config, now=now, model=self.model, server=self.server,
                                 server_kind=self.server_kind, in_flight=self.in_flight)
         if self.agent is not None:
-            agent = self.agent.view(now)
-            # An endpoint probed by agent steps alone takes its status from them.
-            status = view.status if wants_chat(self.config) else agent.status
-            view = replace(view, agent=agent, status=status, in_flight=view.in_flight or agent.in_flight)
+            view = with_agent(view, self.config, self.agent.view(now))
         self._view = (self.version, now, view)
         return view
 
@@ -586,26 +586,8 @@ class Engine:
             if model is None and error is not None:
                 sample = _failed_sample(state.config, error)
             else:
-                # lpxtop's own lateness while the probe runs: the loop's timer lag, the thread's CPU wait
-                lag_ns, wait_ns = 0, None
-                watch = self._lag.watch() if self._lag is not None else None
-                cpu_wait = self._cpu_wait
-                waited_before = cpu_wait.read() if cpu_wait is not None else None
-                began_ns = time.perf_counter_ns()
-                try:
-                    sample = await run_probe(client, state.config, model, include_usage=state.include_usage)
-                    if state.include_usage and rejects_stream_options(sample):
-                        state.include_usage = False
-                        sample = await run_probe(client, state.config, model, include_usage=False)
-                finally:
-                    if watch is not None:
-                        lag_ns = watch.close()
-                    waited_after = cpu_wait.read() if cpu_wait is not None else None
-                    if waited_before is not None and waited_after is not None:
-                        wait_ns = waited_after - waited_before
-                took_ns = time.perf_counter_ns() - began_ns
-                self.lateness.append((state.config.name, lag_ns, wait_ns, took_ns))
-                if client_was_late(lag_ns, wait_ns, took_ns):
+                sample, late = await self._watch_lateness(state, lambda: self._run_probe(state, client, model))
+                if late:
                     sample = replace(sample, client_limited=True)
         except asyncio.CancelledError:
             raise
@@ -616,6 +598,33 @@ class Engine:
             state.in_flight = False
         self._record(state, sample)
         return sample
+
+    async def _run_probe(self, state: _EndpointState, client: HttpClient, model: str | None) -> Sample:
+        sample = await run_probe(client, state.config, model, include_usage=state.include_usage)
+        if state.include_usage and rejects_stream_options(sample):
+            state.include_usage = False
+            sample = await run_probe(client, state.config, model, include_usage=False)
+        return sample
+
+    async def _watch_lateness(self, state: _EndpointState, work: Callable[[], Awaitable[_T]]) -> tuple[_T, bool]:
+        """`work()`'s result, and whether lpxtop itself was late while it ran (the loop's timer lag, the
+        thread's CPU wait: `client_was_late`). Chat probes and agent steps are watched alike."""
+        lag_ns, wait_ns = 0, None
+        watch = self._lag.watch() if self._lag is not None else None
+        cpu_wait = self._cpu_wait
+        waited_before = cpu_wait.read() if cpu_wait is not None else None
+        began_ns = time.perf_counter_ns()
+        try:
+            result = await work()
+        finally:
+            if watch is not None:
+                lag_ns = watch.close()
+            waited_after = cpu_wait.read() if cpu_wait is not None else None
+            if waited_before is not None and waited_after is not None:
+                wait_ns = waited_after - waited_before
+        took_ns = time.perf_counter_ns() - began_ns
+        self.lateness.append((state.config.name, lag_ns, wait_ns, took_ns))
+        return result, client_was_late(lag_ns, wait_ns, took_ns)
 
     def _record(self, state: _EndpointState, sample: Sample) -> None:
         """Put a finished probe into the window; a sample the statistics cannot take is logged, not fatal.
@@ -649,7 +658,9 @@ class Engine:
             if state.config.api != "dify" and model is None and error is not None:
                 step = prober.failed(error)
             else:
-                step = await prober.step(client, model)
+                step, late = await self._watch_lateness(state, lambda: prober.step(client, model))
+                if late:
+                    step = replace(step, client_limited=True)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bug in one step must not stop the loop
@@ -687,11 +698,7 @@ class Engine:
 
     async def _check_models(self, state: _EndpointState, client: HttpClient) -> str | None:
         """Ask GET /v1/models, bounded as a whole (as the endpoint's requests are); returns the error, if any."""
-        limit = min(MODELS_TIMEOUT_S, state.config.timeout_s)
-        try:
-            ids, error = await asyncio.wait_for(fetch_models(client, state.config, limit), limit)
-        except asyncio.TimeoutError:
-            ids, error = (), f"read_timeout: GET /models did not finish within {limit:g} s"
+        ids, error = await fetch_models(client, state.config, min(MODELS_TIMEOUT_S, state.config.timeout_s))
         ids = tuple(t for t in (scrub(i) for i in ids) if t)  # model ids are outside text
         # on failure nothing is known to be served: a stale list would hide a port taken over by another process
         state.served_models = ids

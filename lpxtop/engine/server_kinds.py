@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Any
 
@@ -90,8 +89,8 @@ def auth_headers(endpoint: EndpointConfig) -> dict[str, str]:
 
 async def _get_json(client: HttpClient, url: str, headers: dict[str, str] | None = None) -> Any:
     try:
-        # The overall bound also covers a server that trickles bytes under the per-read timeout.
-        r = await asyncio.wait_for(client.get(url, headers=headers, timeout=PROBE_TIMEOUT, max_bytes=MAX_JSON_BYTES), 4.0)
+        # PROBE_TIMEOUT bounds the whole GET (the client's total), so a trickled body is cut too.
+        r = await client.get(url, headers=headers, timeout=PROBE_TIMEOUT, max_bytes=MAX_JSON_BYTES)
         if r.status_code != 200:
             return None
         return r.json()

@@ -17,9 +17,6 @@ from lpxtop.engine.httpclient import (
     HttpClient,
     HttpError,
     HttpTimeout,
-    ReadError,
-    RemoteProtocolError,
-    WriteError,
 )
 from lpxtop.engine.metric_names import BY_KIND, KindNames, family_names, histogram_names, sample_name
 from lpxtop.engine.server_exposition import Exposition, NotPrometheusText, short_reason
@@ -289,18 +286,15 @@ class ServerScraper:
     async def _get(
         self, client: HttpClient, url: str, limit: int, what: str
     ) -> _Answer | ServerMetrics:
-        """GET with a per-operation timeout and an overall deadline; failures come back as ServerMetrics.
+        """GET bounded as a whole by `timeout_s` (the client's total: a server that trickles bytes is cut
+        too); failures come back as ServerMetrics.
 
-        A GET that the server drops without an answer (a keep-alive connection it closed just as it
-        was reused: llama.cpp closes idle ones after 5 s) is sent once more, on a new connection.
+        A kept-alive connection the server closed just as it was reused (llama.cpp closes idle ones after
+        5 s) is the client's to retry, once, on a new connection; a garbled answer is not sent again.
         """
         try:
-            try:
-                # The client's timeout is per read; the overall deadline also stops a server that trickles bytes.
-                return await asyncio.wait_for(self._read(client, url, limit), self.timeout_s + 0.5)
-            except (RemoteProtocolError, ReadError, WriteError):
-                return await asyncio.wait_for(self._read(client, url, limit), self.timeout_s + 0.5)
-        except (asyncio.TimeoutError, TimeoutError, HttpTimeout):
+            return await self._read(client, url, limit)
+        except HttpTimeout:
             return self._failed(f"no {what}: timed out after {self.timeout_s:g} s ({_where(url)})")
         except ConnectError as e:
             if _refused(e):

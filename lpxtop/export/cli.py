@@ -18,9 +18,14 @@ that runs one probe per scrape, within the scrape timeout.
 Families (base units, `_total` counters; labels host, endpoint, model, server_kind):
   lpxtop_probe_{ttft,itl,tpot,e2e}_seconds   histograms (bucket edges: [exporter] ttft_buckets = [...] ...)
   lpxtop_probe_success, lpxtop_endpoint_up, lpxtop_endpoint_status{status}, lpxtop_endpoint_info{url}
-  lpxtop_probes_total, lpxtop_probe_errors_total{kind}, lpxtop_probe_output_tokens_total
+  lpxtop_probes_total, lpxtop_probe_errors_total{kind}, lpxtop_probe_output_tokens_total,
+  lpxtop_probes_client_limited_total   probes during which lpxtop itself was late
   lpxtop_probe_window_{ttft,itl,tpot,e2e}_seconds{percentile}   the dashboard's own window percentiles
-  lpxtop_ttft_gap_seconds, lpxtop_server_requests_{waiting,running}, lpxtop_server_kv_cache_usage_ratio, ...
+  lpxtop_ttft_gap_seconds{method}   time outside the engine, only where it compares (probe_only, window_means)
+  lpxtop_server_requests_{waiting,running}, lpxtop_server_kv_cache_usage_ratio, ...
+  lpxtop_server_{ttft,queue_time,prefill_time,decode_time,itl,tpot,e2e}_mean_seconds   exact (Δsum/Δcount)
+  lpxtop_agent_step_seconds, lpxtop_agent_time_to_tool_call_seconds   histograms (--probe agent)
+  lpxtop_agent_steps_total, lpxtop_agent_errors_total{kind}
   lpxtop_gpu_memory_{used,total}_bytes, lpxtop_gpu_process_memory_used_bytes{pid,process,endpoint}
   lpxtop_port_state{port,state}, lpxtop_leftover_processes, lpxtop_alert{kind,severity}
 

@@ -15,8 +15,21 @@ from prometheus_client.core import (
 )
 
 from lpxtop import __version__
-from lpxtop.export.families import ENDPOINT_FIGURES, HISTOGRAM_HELP, WINDOW_MEASURES, WINDOW_PERCENTILES
-from lpxtop.export.state import ENDPOINT_LABELS, MEASURES, ExportState, label_value
+from lpxtop.export.families import (
+    ENDPOINT_FIGURES,
+    HISTOGRAM_HELP,
+    LABELLED_FIGURES,
+    WINDOW_MEASURES,
+    WINDOW_PERCENTILES,
+)
+from lpxtop.export.state import (
+    AGENT_ERROR_KINDS,
+    AGENT_MEASURES,
+    ENDPOINT_LABELS,
+    MEASURES,
+    ExportState,
+    label_value,
+)
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.ports import PORT_STATES
 from lpxtop.model.probe import ERROR_KINDS
@@ -85,6 +98,15 @@ class LpxtopCollector:
                     family.add_metric(ep.values(host), value)
             yield family
 
+        for labelled in LABELLED_FIGURES:
+            family = GaugeMetricFamily(labelled.name, labelled.help, labels=[*labels, labelled.label])
+            for ep, _ in endpoints:
+                view = views.get(ep.endpoint)
+                for label, value in (labelled.values(view) if view is not None else ()):
+                    if label in labelled.label_values:
+                        family.add_metric([*ep.values(host), label], value)
+            yield family
+
         success = GaugeMetricFamily("lpxtop_probe_success", "1 when the endpoint's last probe succeeded, else 0 "
                                     "(as blackbox_exporter's probe_success).", labels=labels)
         probes = CounterMetricFamily("lpxtop_probes", "Probes finished (successful or not).", labels=labels)
@@ -93,8 +115,12 @@ class LpxtopCollector:
                                      labels=[*labels, "kind"])
         tokens = CounterMetricFamily("lpxtop_probe_output_tokens", "Output tokens streamed to successful probes "
                                      "(the server's usage count, else counted events).", labels=labels)
+        limited = CounterMetricFamily("lpxtop_probes_client_limited", "Probes during which lpxtop itself was late "
+                                      "(its event loop lagged, or its thread waited for a CPU): their times hold "
+                                      "lpxtop's delay, and the dashboard leaves them out of its percentiles.",
+                                      labels=labels)
         for ep, series in endpoints:
-            if series is None:
+            if series is None or not series.probes:
                 continue
             values = ep.values(host)
             if series.last_success is not None:
@@ -103,16 +129,19 @@ class LpxtopCollector:
             for kind in ERROR_KINDS:
                 errors.add_metric([*values, kind], series.errors[kind])
             tokens.add_metric(values, series.output_tokens)
-        yield from (success, probes, errors, tokens)
+            limited.add_metric(values, series.client_limited)
+        yield from (success, probes, errors, tokens, limited)
 
         for measure in MEASURES:
             family = HistogramMetricFamily(f"lpxtop_probe_{measure}_seconds", HISTOGRAM_HELP[measure], labels=labels)
             for ep, series in endpoints:
-                if series is None:
+                if series is None or not series.probes:
                     continue
                 buckets, total = _histogram_values(series.histograms[measure])
                 family.add_metric(list(ep.values(host)), buckets, total)
             yield family
+
+        yield from self._agent_families(endpoints)
 
         for measure, attr, what in WINDOW_MEASURES:
             family = GaugeMetricFamily(
@@ -128,6 +157,28 @@ class LpxtopCollector:
                     continue
                 for field in WINDOW_PERCENTILES:
                     family.add_metric([*ep.values(host), field], getattr(p, field) / 1000.0)
+            yield family
+
+    def _agent_families(self, endpoints) -> Iterator[Metric]:
+        """The agent-step probe's histograms and counters, for endpoints that ran agent steps."""
+        host, labels = self.host, list(ENDPOINT_LABELS)
+        agents = [(ep, series.agent) for ep, series in endpoints if series is not None and series.agent is not None]
+        steps = CounterMetricFamily("lpxtop_agent_steps", "Agent steps finished (--probe agent: tool call, tool, "
+                                    "answer; successful or not).", labels=labels)
+        errors = CounterMetricFamily("lpxtop_agent_errors", "Agent steps that went wrong, by class (`kind`: the "
+                                     "chat probe's transport classes, or the model's no_tool_call, bad_tool_args, "
+                                     "tool_args_schema, unknown_tool).", labels=[*labels, "kind"])
+        for ep, agent in agents:
+            values = ep.values(host)
+            steps.add_metric(values, agent.steps)
+            for kind in AGENT_ERROR_KINDS:
+                errors.add_metric([*values, kind], agent.errors[kind])
+        yield from (steps, errors)
+        for key, name, _ in AGENT_MEASURES:
+            family = HistogramMetricFamily(name, HISTOGRAM_HELP[key], labels=labels)
+            for ep, agent in agents:
+                buckets, total = _histogram_values(agent.histograms[key])
+                family.add_metric(list(ep.values(host)), buckets, total)
             yield family
 
     def _alert_families(self, snap: Snapshot) -> list[Metric]:

@@ -10,9 +10,10 @@ it is not known yet): absent, never a made-up 0.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from lpxtop.model.server_gap import METHODS as GAP_METHODS
 from lpxtop.model.snapshot import EndpointView
 
 
@@ -47,13 +48,25 @@ def _server_latency(attr: str, field: str) -> Callable[[EndpointView], float | N
     return value
 
 
-def ttft_gap_seconds(view: EndpointView) -> float | None:
-    """Client TTFT p50 minus the server's own TTFT p50, both over the window (the dashboard's Gap column)."""
-    server = view.server
-    latency = server.server_ttft_ms if server is not None and server.ok else None
-    if view.ttft_ms is None or latency is None or latency.p50 is None:
-        return None
-    return (view.ttft_ms.p50 - latency.p50) / 1000.0
+@dataclass(frozen=True)
+class LabelledEndpointFigure:
+    """A per-endpoint gauge with one more label, whose values come from a fixed set (never from outside)."""
+
+    name: str
+    help: str
+    label: str
+    label_values: tuple[str, ...]  # every value the label may take
+    values: Callable[[EndpointView], Iterable[tuple[str, float]]]
+
+
+def ttft_gap_seconds(view: EndpointView) -> list[tuple[str, float]]:
+    """The dashboard's Gap: the probes' TTFT minus the server's own for the same requests, with how it was
+    found (model/server_gap.py: `probe_only` exact, `window_means` a bounded estimate); nothing when
+    lpxtop shows nothing (no comparable quantities: the dashboard says why)."""
+    gap = view.ttft_gap
+    if gap.value_ms is None or gap.method not in GAP_METHODS:
+        return []
+    return [(gap.method, gap.value_ms / 1000.0)]
 
 
 def _up(view: EndpointView) -> float:
@@ -69,9 +82,6 @@ ENDPOINT_FIGURES: tuple[EndpointFigure, ...] = (
                    "0 when down or before its first probe finished.", _up),
     EndpointFigure("lpxtop_probe_window_error_ratio", "Failed share of the probes in lpxtop's rolling window "
                    "(the dashboard's Err%).", lambda v: v.error_rate),
-    EndpointFigure("lpxtop_ttft_gap_seconds", "Client TTFT p50 minus the server's own TTFT p50 over the window: "
-                   "time spent outside the engine (network, HTTP server, queueing in front of the engine).",
-                   ttft_gap_seconds),
     EndpointFigure("lpxtop_server_metrics_up", "1 when the last scrape of the server's own metrics "
                    "(/metrics, or Ollama's /api/ps) worked.", _scrape_ok),
     EndpointFigure("lpxtop_server_requests_waiting", "Requests waiting in the server's queue, as lpxtop "
@@ -90,8 +100,31 @@ ENDPOINT_FIGURES: tuple[EndpointFigure, ...] = (
                    "histogram's buckets (within one bucket of the true value).", _server_latency("server_ttft_ms", "p50")),
     EndpointFigure("lpxtop_server_ttft_p99_seconds", "The server's own TTFT p99 over the window, from its "
                    "histogram's buckets.", _server_latency("server_ttft_ms", "p99")),
+    # Exact: the growth of the server's histogram sum over the growth of its count in the window (Δsum/Δcount)
+    *(EndpointFigure(f"lpxtop_server_{name}_mean_seconds", f"The server's own mean {what} over the window: "
+                     "exact (the growth of its histogram's sum over the growth of its count), unlike the "
+                     "bucket-bound quantiles.", _server_latency(attr, "mean"))
+      for name, attr, what in (
+          ("ttft", "server_ttft_ms", "time to first token"),
+          ("queue_time", "server_queue_ms", "time requests waited in its queue"),
+          ("prefill_time", "server_prefill_ms", "prefill time (scheduled to first token)"),
+          ("decode_time", "server_decode_ms", "decode time (first token to last)"),
+          ("itl", "server_itl_ms", "inter-token latency"),
+          ("tpot", "server_tpot_ms", "time per output token"),
+          ("e2e", "server_e2e_ms", "end-to-end request latency"),
+      )),
     EndpointFigure("lpxtop_server_preemptions", "Preemptions the server counted (its own counter: it resets "
                    "when the server restarts).", _server("preemptions_total"), counter=True),
+)
+
+LABELLED_FIGURES: tuple[LabelledEndpointFigure, ...] = (
+    LabelledEndpointFigure(
+        "lpxtop_ttft_gap_seconds", "Time outside the engine: the probes' TTFT minus the server's own TTFT for "
+        "the same requests (network, HTTP front end, queueing before the engine's clock). `method`: probe_only "
+        "(exact: the server counted just the probes' first tokens between two reads) or window_means (an "
+        "estimate from exact means, when the server's TTFTs lay in a narrow range). Absent when the two do not "
+        "compare (the server queued other requests, no TTFT histogram...).",
+        "method", GAP_METHODS, ttft_gap_seconds),
 )
 
 # The window's percentiles as the dashboard shows them (exact, linear interpolation over lpxtop's
@@ -111,4 +144,8 @@ HISTOGRAM_HELP = {
     "itl": "Gaps between consecutive token-bearing events of lpxtop's probes, every gap pooled.",
     "tpot": "Time per output token of each probe: (E2E - TTFT) / (output tokens - 1).",
     "e2e": "End-to-end latency of lpxtop's probes: the last token-bearing event minus the send.",
+    "agent_step": "One agent step of lpxtop's agent probe (--probe agent): call 1's send to the answer's last "
+                  "token, the tool's time included (a Dify app: the request to its last token).",
+    "agent_tool_call": "Time to tool call of lpxtop's agent steps: call 1's send to the last fragment of the "
+                       "tool call's arguments (a Dify app: to its tool decision).",
 }

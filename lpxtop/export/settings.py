@@ -6,7 +6,8 @@ They come from `lpxtop exporter` flags and from the config file's `[exporter]` t
 [exporter]
 listen = "127.0.0.1:9464"
 host = "gpu-node-3"                 # the `host` label (default: this machine's host name)
-ttft_buckets = [0.1, 0.2, 0.3, 0.5, 1, 2]   # seconds; also itl_buckets, tpot_buckets, e2e_buckets
+ttft_buckets = [0.1, 0.2, 0.3, 0.5, 1, 2]   # seconds; also itl_buckets, tpot_buckets, e2e_buckets,
+                                            # agent_step_buckets, agent_tool_call_buckets
 probe = true                        # serve /probe?target= (false: 404)
 probe_timeout = 10                  # seconds, when Prometheus sends no scrape timeout header
 ```
@@ -38,6 +39,11 @@ DEFAULT_BUCKETS: Mapping[str, tuple[float, ...]] = {
              0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5),
     "e2e": (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0,
             45.0, 60.0, 120.0),
+    # the agent-step probe: a whole step (two calls and the tool), and call 1's time to a complete tool call
+    "agent_step": (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0,
+                   45.0, 60.0, 120.0),
+    "agent_tool_call": (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0,
+                        30.0, 60.0),
 }
 MAX_BUCKETS = 64  # per histogram: each edge is a series per endpoint
 
@@ -46,8 +52,8 @@ MAX_PROBE_TIMEOUT_S = 120.0
 PROBE_TIMEOUT_MARGIN_S = 0.5  # as blackbox_exporter's --timeout-offset: the answer must be back in time
 MAX_CONCURRENT_PROBES = 8
 
-EXPORTER_KEYS = ("listen", "host", "ttft_buckets", "itl_buckets", "tpot_buckets", "e2e_buckets", "probe",
-                 "probe_timeout")
+EXPORTER_KEYS = ("listen", "host", "ttft_buckets", "itl_buckets", "tpot_buckets", "e2e_buckets",
+                 "agent_step_buckets", "agent_tool_call_buckets", "probe", "probe_timeout")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What the exporter accumulates between scrapes: per-endpoint histograms and counters, and labels.
 
 The engine calls `ExportState.listener` on its loop for every event; it appends a probe's
-`SampleEvent` to a bounded deque and returns (a few hundred nanoseconds: no work on the probe loop).
+`SampleEvent` (or an agent step's `AgentStepEvent`) to a bounded deque and returns (a few hundred nanoseconds: no work on the probe loop).
 The deque is folded into the histograms when Prometheus scrapes, or by the HTTP server's idle tick
 when it fills up, always on the exporter's threads.
 
@@ -21,11 +21,17 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Histogram
 
+from lpxtop.model.agent import BEHAVIOUR_KINDS, AgentStep, AgentStepEvent
 from lpxtop.model.events import EngineEvent, SampleEvent
 from lpxtop.model.probe import ERROR_KINDS, Sample
 from lpxtop.model.snapshot import EndpointView
 
 MEASURES = ("ttft", "itl", "tpot", "e2e")
+# The agent step's histograms: (bucket key, family name, the AgentStep field in ms)
+AGENT_MEASURES = (("agent_step", "lpxtop_agent_step_seconds", "step_ms"),
+                  ("agent_tool_call", "lpxtop_agent_time_to_tool_call_seconds", "time_to_tool_call_ms"))
+# How an agent step can fail: the chat probe's transport classes, then the model's misbehaviour
+AGENT_ERROR_KINDS = (*ERROR_KINDS, *(k for k in BEHAVIOUR_KINDS if k not in ERROR_KINDS))
 MAX_PENDING = 4096  # samples waiting for a scrape; the idle tick folds them in long before this
 DRAIN_AT = 256  # the idle tick folds the queue in once it holds this many
 MAX_ENDPOINTS = 512  # a bound on the label sets: discovery cannot grow them without end
@@ -58,7 +64,8 @@ class EndpointLabels:
 
     def learn(self, view: EndpointView) -> None:
         if not self.ready:
-            settled = view.probes_sent > 0 and view.server is not None
+            probed = view.probes_sent > 0 or (view.agent is not None and view.agent.steps_sent > 0)
+            settled = probed and view.server is not None
             self.ready = settled or time.monotonic() - self.first_seen >= SETTLE_S
         if view.model:
             self.model = label_value(view.model)
@@ -81,13 +88,23 @@ class EndpointSeries:
         self.histograms = {
             m: Histogram(f"lpxtop_probe_{m}_seconds", m, buckets=buckets[m], registry=None) for m in MEASURES
         }
+        self.buckets = buckets
         self.probes = 0
+        self.client_limited = 0
         self.errors = dict.fromkeys(ERROR_KINDS, 0)
         self.output_tokens = 0
         self.last_success: float | None = None
+        self.agent: AgentSeries | None = None  # made at the endpoint's first agent step
+
+    def add_step(self, step: AgentStep) -> None:
+        if self.agent is None:
+            self.agent = AgentSeries(self.buckets)
+        self.agent.add(step)
 
     def add(self, sample: Sample) -> None:
         self.probes += 1
+        if sample.client_limited:
+            self.client_limited += 1
         self.last_success = 1.0 if sample.ok else 0.0
         if not sample.ok:
             kind = sample.error_kind if sample.error_kind in self.errors else "other"
@@ -108,12 +125,35 @@ class EndpointSeries:
             self.output_tokens += sample.output_tokens
 
 
+class AgentSeries:
+    """One endpoint's agent-step histograms and counters since the exporter started (they never reset).
+
+    A step's times are observed wherever they were measured, as the engine's agent window takes them: a
+    step whose model sent bad arguments still ran the tool and call 2, so its step time counts."""
+
+    def __init__(self, buckets: Mapping[str, tuple[float, ...]]) -> None:
+        self.histograms = {
+            key: Histogram(name, key, buckets=buckets[key], registry=None) for key, name, _ in AGENT_MEASURES
+        }
+        self.steps = 0
+        self.errors = dict.fromkeys(AGENT_ERROR_KINDS, 0)
+
+    def add(self, step: AgentStep) -> None:
+        self.steps += 1
+        if step.error_kind is not None:
+            self.errors[step.error_kind if step.error_kind in self.errors else "other"] += 1
+        for key, _, attr in AGENT_MEASURES:
+            ms = getattr(step, attr)
+            if ms is not None and 0 <= ms < float("inf"):
+                self.histograms[key].observe(ms / 1000.0)
+
+
 class ExportState:
     """The listener's queue, and every endpoint's series and labels. Thread-safe."""
 
     def __init__(self, buckets: Mapping[str, tuple[float, ...]]) -> None:
         self.buckets = buckets
-        self._pending: deque[SampleEvent] = deque(maxlen=MAX_PENDING)
+        self._pending: deque[SampleEvent | AgentStepEvent] = deque(maxlen=MAX_PENDING)
         self._received = 0  # written by the engine's thread only
         self._folded = 0  # taken off the queue by drain()
         self._queue_lost = 0  # discarded by the full queue
@@ -127,8 +167,9 @@ class ExportState:
 
     def listener(self, event: EngineEvent) -> None:
         """For `Engine.add_listener`: runs on the engine's loop, so it only appends."""
-        if type(event) is SampleEvent:
-            self._pending.append(event)
+        kind = type(event)
+        if kind is SampleEvent or kind is AgentStepEvent:
+            self._pending.append(event)  # type: ignore[arg-type]
             self._received += 1
 
     @property
@@ -148,7 +189,10 @@ class ExportState:
             if series is None:
                 self._unlabelled += 1
                 continue
-            series.add(event.sample)
+            if type(event) is AgentStepEvent:
+                series.add_step(event.step)
+            else:
+                series.add(event.sample)
         # what the full deque discarded: received, but neither taken off it nor still on it
         self._queue_lost = max(self._queue_lost, self._received - self._folded - len(pending))
 

@@ -127,7 +127,12 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     out.add_argument("--csv", metavar="FILE", help="write one CSV row per step (- for stdout)")
     out.add_argument("--requests-jsonl", metavar="FILE",
                      help="write one JSON line per request: timestamps, tokens, error kind, step and phase")
-    out.add_argument("--no-record", action="store_true", help="do not record the run (recording is on by default)")
+    out.add_argument("--no-record", action="store_true",
+                     help="do not record the run. By default every run is recorded to a new file in "
+                     "$XDG_STATE_HOME/lpxtop (~/.local/state/lpxtop), printed at the end: the server's /metrics, "
+                     "the GPU and the host through the test, and each step with its figures (`lpxtop replay FILE` "
+                     "jumps from step to step with n; `lpxtop export FILE --what load` lists them)")
+    out.add_argument("--record-file", metavar="FILE", help="record to FILE instead of a new file in that directory")
     out.add_argument("-y", "--yes", action="store_true",
                      help="do not ask before loading a target that is not on this machine")
     limits = parser.add_argument_group("lpxtop's own limits")
@@ -137,6 +142,9 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     limits.add_argument("--client-cpu-wait-limit", type=_positive_float, default=CPU_WAIT_LIMIT, metavar="SHARE",
                         help="... or whose thread waited for a CPU more than this share of the step "
                         f"(default {CPU_WAIT_LIMIT:g})")
+    from lpxtop.record.settings import add_retention_flags
+
+    add_retention_flags(out)
     _add_ui_flags(parser)
     return parser
 
@@ -249,6 +257,7 @@ def run(command: str, args: argparse.Namespace) -> int:
 
     try:
         plan = plan_from_args(args)
+        _check_record_flags(args)
     except ConfigError as exc:
         print(f"lpxtop load: {exc}", file=sys.stderr)
         return 2
@@ -278,6 +287,22 @@ def run(command: str, args: argparse.Namespace) -> int:
                 requests_out.close()
 
 
+def _check_record_flags(args: argparse.Namespace) -> None:
+    """--retain / --max-size as the recorder reads them (a bad value is a usage error before any load)."""
+    if args.no_record:
+        return
+    from lpxtop.record.settings import resolve
+
+    try:
+        resolve(args, None, enabled=True, path=args.record_file)
+    except ValueError as exc:
+        raise ConfigError(f"recording: {exc}") from None
+    if args.record_file:
+        directory = os.path.dirname(os.path.abspath(os.path.expanduser(args.record_file)))
+        if not os.path.isdir(directory):
+            raise ConfigError(f"--record-file {args.record_file}: no directory {directory}")
+
+
 def _open_outputs(args: argparse.Namespace):
     """Open the requests file now (a bad path is a usage error before any load is sent); False on failure."""
     for path in (args.json, args.csv):
@@ -295,9 +320,10 @@ def _open_outputs(args: argparse.Namespace):
         return None
 
 
-def build_load_engine(plan: LoadPlan, *, ui: bool, scrape: bool):
+def build_load_engine(plan: LoadPlan, *, ui: bool, scrape: bool, readings: bool = False):
     """The live engine beside the test: probes off; scrapes of the target (every second); with the dashboard
-    also the GPU, the host and the ports. Headless it only scrapes, so it takes as little CPU as it can."""
+    also the GPU, the host and the ports. Headless it only scrapes, so it takes as little CPU as it can,
+    plus the GPU and the host when `readings` (a recorded run keeps them: lpxtop/load/recording.py)."""
     from lpxtop.engine.runner import Engine, EngineSettings
     from lpxtop.engine.servers import ServerScraper
 
@@ -308,36 +334,35 @@ def build_load_engine(plan: LoadPlan, *, ui: bool, scrape: bool):
         engine.settings = replace(engine.settings, probes=False)
         return engine
     settings = EngineSettings(probes=False, scrape_metrics=scrape)
+    parts: dict = {}
+    if readings:
+        from lpxtop.engine.gpu import GpuCollector
+        from lpxtop.engine.host import HostCollector
+
+        parts = {"gpu": GpuCollector(), "host": HostCollector()}
     return Engine([plan.endpoint], settings,
-                  scraper_factory=lambda config: ServerScraper(config, window_s=settings.window_s))
+                  scraper_factory=lambda config: ServerScraper(config, window_s=settings.window_s), **parts)
 
 
-def attach_recorder(engine, controller, args: argparse.Namespace) -> str | None:
-    """RECORDER HOOK (issue 15): `lpxtop load` records every run unless --no-record, and prints the file.
+def attach_recorder(engine, controller, args: argparse.Namespace):
+    """`lpxtop load` records every run unless --no-record (lpxtop/load/recording.py says what the file holds);
+    the recorder, attached before the engine starts, or None."""
+    from lpxtop.load.recording import start_recording
 
-    Where the recorder attaches, once lpxtop/record lands (the lead wires it when merging):
-        recorder = Recorder(path)                      # default place and retention as the recorder's
-        engine.add_listener(recorder.on_event)         # scrapes, GPU, host, ports, alerts
-        controller.add_mark_listener(recorder.mark)    # load_start / load_step_start / load_step_end / load_end
-        return str(path)
-    The load requests themselves are in the marks' payloads (each finished step's result) and, per request,
-    in --requests-jsonl.
-    """
-    if args.no_record:
-        return None
-    return None
+    return start_recording(engine, controller, args)
 
 
 def _run_test(plan: LoadPlan, args: argparse.Namespace, requests_out) -> int:
     from lpxtop.load.controller import LoadController
+    from lpxtop.load.recording import finish_recording
     from lpxtop.load.server_window import ServerWatch
 
     scrape = not args.no_metrics
-    engine = build_load_engine(plan, ui=not args.no_ui, scrape=scrape)
+    engine = build_load_engine(plan, ui=not args.no_ui, scrape=scrape, readings=not args.no_record)
     watch = ServerWatch(plan.endpoint.name, plan.endpoint.effective_metrics_url if scrape else None, plan.endpoint.model)
     engine.add_listener(watch.on_engine_event)
     controller = LoadController(plan, server_watch=watch, requests_out=requests_out or None)
-    record_path = attach_recorder(engine, controller, args)
+    recorder = attach_recorder(engine, controller, args)
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # a thread holding the interpreter lock delays a timestamp at most ~1 ms
     interrupted = False
     try:
@@ -352,7 +377,10 @@ def _run_test(plan: LoadPlan, args: argparse.Namespace, requests_out) -> int:
         controller.stop()
         controller.wait(STOP_WAIT_S)
         engine.stop()
-    return _report(plan, controller, args, interrupted, record_path, watch)
+        record_path = finish_recording(recorder)
+    if recorder is not None and recorder.failure is not None:
+        print(f"lpxtop load: recording stopped: {recorder.failure}", file=sys.stderr)
+    return _report(plan, controller, args, interrupted, str(record_path) if record_path else None, watch)
 
 
 def _start(engine, controller) -> None:
@@ -452,6 +480,7 @@ def _report(plan: LoadPlan, controller, args, interrupted: bool, record_path: st
     report = report_json(state, plan_summary=plan.summary(), outcome=outcome, error=controller.error,
                          server_kind=watch.kind, warnings=warnings, started_at=controller.started_at,
                          finished_at=controller.finished_at or time.time())
+    report["recording"] = record_path  # the file `lpxtop replay` opens (null with --no-record)
     human = sys.stderr if args.json == "-" or args.csv == "-" else sys.stdout
     try:
         if args.json:
@@ -474,7 +503,8 @@ def _report(plan: LoadPlan, controller, args, interrupted: bool, record_path: st
     for warning in warnings:
         print(f"lpxtop load: warning: {warning}", file=sys.stderr)
     if record_path:
-        print(f"lpxtop load: recorded to {record_path}", file=human)
+        print(f"lpxtop load: recorded to {record_path} (lpxtop replay {record_path}: n jumps from step to step)",
+              file=human)
     if interrupted:
         print("lpxtop load: stopped; the step under way is reported as partial", file=sys.stderr)
         return 130

@@ -17,7 +17,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from lpxtop.engine.httpclient import HttpClient, Timeout
+from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.metric_names import BY_KIND, KINDS, KindNames, Ref, family_names, keep_families
 from lpxtop.engine.server_exposition import Exposition, NotPrometheusText
 from lpxtop.model.events import EngineEvent, ScrapeEvent
@@ -141,12 +141,9 @@ class ServerWatch:
         if not self.metrics_url:
             return None
         try:
-            response = await asyncio.wait_for(
-                client.get(self.metrics_url, headers={"Accept": "text/plain"},
-                           timeout=Timeout(READ_TIMEOUT_S, READ_TIMEOUT_S, READ_TIMEOUT_S, READ_TIMEOUT_S),
-                           max_bytes=MAX_METRICS_BYTES),
-                READ_TIMEOUT_S * 2,
-            )
+            response = await client.get(self.metrics_url, headers={"Accept": "text/plain"},
+                                        timeout=READ_TIMEOUT_S,  # every phase, and the whole GET (its total)
+                                        max_bytes=MAX_METRICS_BYTES)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a server without /metrics still gets a load test

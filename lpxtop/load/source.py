@@ -40,6 +40,11 @@ class LoadSource:
             self._key, self._snapshot = key, snap
             return snap
 
+    @property
+    def recorder(self):
+        """The run's recorder (lpxtop/load/recording.py), for the dashboard's `b`; None with --no-record."""
+        return getattr(self.engine, "recorder", None)
+
     def stop_load(self) -> None:
         """`q` / Ctrl-C in the dashboard: stop the test at once (the report of finished steps is kept)."""
         self.controller.stop()

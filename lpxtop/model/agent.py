@@ -59,6 +59,7 @@ class AgentStep:
     time_to_observation_ms: float | None = None  # the app's tool returned (its observation arrived)
     app_latency_ms: float | None = None  # message_end's metadata.usage.latency: the app's own figure
     client_latency_ms: float | None = None  # message_end's arrival at lpxtop
+    client_limited: bool = False  # lpxtop itself was late while the step ran (engine/clientlimit.py), as for probes
 
     @property
     def ok(self) -> bool:
@@ -177,6 +178,9 @@ class AgentView:
     app_latency_ms: Percentiles | None = None
     client_latency_ms: Percentiles | None = None
     in_flight: bool = False
+    steps_client_limited: int = 0  # steps during which lpxtop itself was late: left out of the times by default
+    # the times count client-limited steps (asked for, or no other step with times was in the window)
+    percentiles_with_client_limited: bool = False
 
     @property
     def recent_errors(self) -> tuple[AgentStep, ...]:
@@ -192,6 +196,8 @@ class AgentView:
             "steps": self.steps_sent,
             "steps_ok": self.steps_ok,
             "steps_failed": self.steps_failed,
+            "steps_client_limited": self.steps_client_limited,
+            "latency_includes_client_limited": self.percentiles_with_client_limited,
             "time_to_tool_name_ms": p(self.time_to_tool_name_ms),
             "time_to_tool_call_ms": p(self.time_to_tool_call_ms),
             "call1_e2e_ms": p(self.call1_e2e_ms),

@@ -138,6 +138,17 @@ class EndpointView:
     def recent_errors(self) -> tuple[Sample, ...]:
         return tuple(s for s in self.samples if not s.ok)[-20:]
 
+    @cached_property
+    def pool_wait_ms(self) -> Percentiles | None:
+        """lpxtop's own wait for a free connection of its pool before each probe in the window: kept out of
+        TTFT, shown so that a busy pool (many endpoints on one origin) is seen rather than guessed."""
+        return Percentiles.of([s.pool_wait_ms for s in self.samples if s.pool_wait_ms is not None])
+
+    @property
+    def redirected_to(self) -> str | None:
+        """Where the server sent the newest redirected probe in the window (None: no probe was redirected)."""
+        return next((s.redirected_to for s in reversed(self.samples) if s.redirected_to), None)
+
     def to_json(self) -> dict:
         def p(x: Percentiles | None) -> dict | None:
             return x.to_json() if x is not None else None
@@ -155,6 +166,8 @@ class EndpointView:
                 "failed": self.probes_failed,
                 "errors": dict(sorted(self.errors.items())),
                 "client_limited": self.probes_client_limited,
+                "pool_wait_ms": p(self.pool_wait_ms),
+                "redirected_to": self.redirected_to,
             },
             "latency_ms": {"ttft": p(self.ttft_ms), "itl": p(self.itl_ms), "tpot": p(self.tpot_ms), "e2e": p(self.e2e_ms)},
             "output_tokens_per_s": p(self.output_tokens_per_s),

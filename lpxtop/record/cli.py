@@ -199,9 +199,10 @@ def _export_parser() -> argparse.ArgumentParser:
         prog="lpxtop export",
         description="Write a recording as plain data: CSV or JSON lines for notebooks and spreadsheets, or "
         "OpenMetrics text that `promtool tsdb create-blocks-from openmetrics FILE DIR` turns into Prometheus "
-        "blocks (a backfill).\n\nJSONL: one object a line with \"type\" (probe, server, gpu, host, port, alert, "
-        "load_step, mark) and \"time\" (Unix seconds); a probe also has endpoint, ok, error (kind or null), "
-        "ttft_ms, e2e_ms, itl_ms (list), output_tokens and the rest of what the probe measured.",
+        "blocks (a backfill).\n\nJSONL: one object a line with \"type\" (probe, agent_step, server, gpu, host, port, "
+        "alert, load_step, load, mark) and \"time\" (Unix seconds); a probe also has endpoint, ok, error (kind or "
+        "null), ttft_ms, e2e_ms, itl_ms (list), output_tokens and the rest of what the probe measured; an agent_step "
+        "has endpoint, ok, error and every time of the step (time_to_tool_call_ms, step_ms ...).",
         formatter_class=FMT,
     )
     parser.add_argument("file", metavar="FILE", help="a recording")

@@ -20,14 +20,17 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import fields, is_dataclass
 from typing import IO, Any
 
+from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.events import AlertsEvent, ControlEvent, GpuEvent, SampleEvent, ScrapeEvent, SystemEvent
 from lpxtop.record.reading import Event, Recording
 from lpxtop.record.records import Mark
 
 FORMATS = ("jsonl", "csv", "openmetrics")
-WHAT = ("probes", "server", "gpu", "host", "alerts", "load", "marks")
+LOAD_MARKS = ("load_step", "load")  # lpxtop load's marks (lpxtop/load/recording.py)
+WHAT = ("probes", "agent", "server", "gpu", "host", "alerts", "load", "marks")
 _STREAM_TYPES: dict[str, tuple[type, ...]] = {
     "probes": (SampleEvent,),
+    "agent": (AgentStepEvent,),
     "server": (ScrapeEvent,),
     "gpu": (GpuEvent,),
     "host": (SystemEvent,),
@@ -67,7 +70,7 @@ def _rows(recording: Recording, what: Sequence[str], t_from: float | None, t_to:
         streams.append(_stream_rows(recording.events(t_from=t_from, t_to=t_to, types=types), what))
     marks = [m for m in recording.marks()
              if (t_from is None or m.t >= t_from) and (t_to is None or m.t <= t_to)
-             and (("load" in what and m.kind == "load_step") or ("marks" in what and m.kind != "load_step"))]
+             and (("load" in what and m.kind in LOAD_MARKS) or ("marks" in what and m.kind not in LOAD_MARKS))]
     if marks:
         streams.append((m.t, i, _mark_row(m)) for i, m in enumerate(marks))
     for _, _, row in heapq.merge(*streams, key=lambda x: (x[0], x[1])):
@@ -82,6 +85,8 @@ def _stream_rows(events: Iterable[Event], what: Sequence[str]) -> Iterator[tuple
         rows: list[dict] = []
         if kind is SampleEvent:
             rows = [probe_row(record, event.t)]
+        elif kind is AgentStepEvent:
+            rows = [agent_step_row(record, event.t)]
         elif kind is ScrapeEvent:
             rows = [{"type": "server", "endpoint": record.endpoint, "time": record.wall_time,
                      **record.metrics.to_json()}]
@@ -122,6 +127,21 @@ def probe_row(event: SampleEvent, recorded_at: float | None = None) -> dict:
     return row
 
 
+def agent_step_row(event: AgentStepEvent, recorded_at: float | None = None) -> dict:
+    """One agent step as a JSON object: `type` "agent_step", `endpoint`, `time` (Unix seconds, when call 1
+    was sent), `ok`, `error` (the kind, or null), then every other field of the step (times in ms)."""
+    step = event.step
+    row: dict[str, Any] = {"type": "agent_step", "endpoint": event.endpoint, "time": step.wall_time, "ok": step.ok,
+                           "error": step.error_kind}
+    for f in fields(step):
+        if f.name in ("endpoint", "wall_time", "error_kind"):
+            continue
+        row[f.name] = _plain(getattr(step, f.name))
+    if recorded_at is not None:
+        row["recorded_at"] = recorded_at
+    return row
+
+
 def _gpu_rows(event: GpuEvent) -> Iterator[dict]:
     gpu = event.gpu
     devices = list(gpu.all_devices())
@@ -156,8 +176,8 @@ def _alert_rows(event: AlertsEvent, active: dict) -> Iterator[dict]:
 
 
 def _mark_row(mark: Mark) -> dict:
-    if mark.kind == "load_step":
-        return {"type": "load_step", "time": mark.t, **_except(mark.payload, "type", "time")}
+    if mark.kind in LOAD_MARKS:  # a load test's step ("load_step"), or its start or end ("load")
+        return {"type": mark.kind, "time": mark.t, **_except(mark.payload, "type", "time")}
     return {"type": "mark", "kind": mark.kind, "time": mark.t, **_except(mark.payload, "type", "kind", "time")}
 
 
@@ -250,6 +270,10 @@ FAMILIES: tuple[Family, ...] = (
     ("lpxtop_probe_tpot_seconds", "time per output token of one probe", "probe", _ms_to_s("tpot_ms"), _endpoint),
     ("lpxtop_probe_itl_mean_seconds", "mean inter-token latency of one probe", "probe", _itl_mean, _endpoint),
     ("lpxtop_probe_output_tokens", "output tokens of one probe", "probe", _key("output_tokens"), _endpoint),
+    ("lpxtop_agent_step_seconds", "one agent step: call 1's send to the answer's last token", "agent_step",
+     _ms_to_s("step_ms"), _endpoint),
+    ("lpxtop_agent_time_to_tool_call_seconds", "one agent step: call 1's send to its tool call's last fragment",
+     "agent_step", _ms_to_s("time_to_tool_call_ms"), _endpoint),
     ("lpxtop_server_requests_running", "requests the server is running", "server", _key("requests_running"),
      _endpoint),
     ("lpxtop_server_requests_waiting", "requests waiting in the server's queue", "server",

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lpxtop import __version__, textsafe
+from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.events import (
@@ -149,6 +150,7 @@ class Recorder:
         """A recorder attached to `engine` (not yet started). With `strict` a file that cannot be created
         raises RecordingError; otherwise the recorder comes back stopped, with its alert."""
         settings = getattr(engine, "settings", None)
+        meta = {"include_client_limited": bool(getattr(settings, "include_client_limited", False)), **(meta or {})}
         try:
             recorder = cls(path, window_s=getattr(settings, "window_s", None),
                            max_samples=getattr(settings, "max_samples", None), retention=retention,
@@ -340,7 +342,7 @@ class Recorder:
 
     def _take(self, t: float, item: Any, events: list, keyframes: list, marks: list) -> None:
         kind = type(item)
-        if kind is SampleEvent:
+        if kind is SampleEvent or kind is AgentStepEvent:
             self._event(t, item, events)
         elif kind is ScrapeEvent:
             self._event(item.wall_time, item, events)
@@ -372,7 +374,10 @@ class Recorder:
                 self._event(snap.wall_time, EndpointInfo(view.config, view.model), events)
         if snap.wall_time >= self._next_keyframe:
             self._next_keyframe = snap.wall_time + KEYFRAME_EVERY_S
-            bare = replace(snap, endpoints=tuple(replace(v, samples=(), server_history=()) for v in snap.endpoints))
+            bare = replace(snap, endpoints=tuple(
+                replace(v, samples=(), server_history=(),
+                        agent=replace(v.agent, samples=()) if v.agent is not None else None)
+                for v in snap.endpoints))
             self._encoder.type_name(Snapshot)
             keyframes.append((self._seq, snap.wall_time, self._encoder.encode(bare)))
 

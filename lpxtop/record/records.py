@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.events import (
     AlertsEvent,
@@ -58,5 +59,6 @@ STREAM_TYPES: tuple[type, ...] = (
     AlertsEvent,
     ControlEvent,
     EndpointInfo,
+    AgentStepEvent,
 )
 KEYFRAME_TYPE = Snapshot

@@ -18,7 +18,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from lpxtop.engine.agent.prober import agent_view, wants_agent, with_agent
+from lpxtop.engine.agent.window import AgentWindow
 from lpxtop.engine.stats import EndpointWindow
+from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.events import AlertsEvent, ControlEvent, GpuEvent, SampleEvent, ScrapeEvent, SystemEvent
@@ -42,14 +45,36 @@ REFRESH_END_S = 2.0
 
 
 class _Endpoint:
-    __slots__ = ("config", "model", "window", "server", "known")
+    __slots__ = ("config", "model", "window", "agent", "server", "known", "_window_s", "_max_samples",
+                 "_include_limited")
 
-    def __init__(self, name: str, window_s: float, max_samples: int) -> None:
+    def __init__(self, name: str, window_s: float, max_samples: int, include_client_limited: bool) -> None:
         self.config = EndpointConfig(name=name, url="")
         self.model: str | None = None
-        self.window = EndpointWindow(window_s, max_samples)
+        self.window = EndpointWindow(window_s, max_samples, include_client_limited=include_client_limited)
+        # the agent-step probe's window, as the engine keeps one (runner._EndpointState.agent)
+        self.agent: AgentWindow | None = None
         self.server: ServerMetrics | None = None
         self.known = False  # its settings were recorded (a view is shown only then, as live)
+        self._window_s, self._max_samples, self._include_limited = window_s, max_samples, include_client_limited
+
+    def set_config(self, config: EndpointConfig) -> None:
+        self.config = config
+        if wants_agent(config):
+            self.agent_window()
+
+    def agent_window(self) -> AgentWindow:
+        if self.agent is None:
+            self.agent = AgentWindow(self._window_s, self._max_samples, include_client_limited=self._include_limited)
+        return self.agent
+
+    def view(self, now: float):
+        """The engine's `_EndpointState.view`, with nothing in flight (a recording does not know)."""
+        view = self.window.view(self.config, now=now, model=self.model, server=self.server,
+                                server_kind=self.server_kind)
+        if self.agent is not None:
+            view = with_agent(view, self.config, agent_view(self.agent, self.config, now))
+        return view
 
     @property
     def server_kind(self) -> str:
@@ -62,9 +87,11 @@ class _Endpoint:
 class ReplayState:
     """The engine's state after the events applied so far."""
 
-    def __init__(self, window_s: float, max_samples: int, defaults: Snapshot) -> None:
+    def __init__(self, window_s: float, max_samples: int, defaults: Snapshot,
+                 include_client_limited: bool = False) -> None:
         self.window_s = window_s
         self.max_samples = max_samples
+        self.include_client_limited = include_client_limited
         self.defaults = defaults
         self.clear()
 
@@ -87,11 +114,19 @@ class ReplayState:
         self.template = keyframe
         for view in keyframe.endpoints:
             ep = self._endpoint(view.name)
-            ep.config, ep.model, ep.server, ep.known = view.config, view.model, view.server, True
+            ep.set_config(view.config)
+            ep.model, ep.server, ep.known = view.model, view.server, True
             w = ep.window
             w.sent, w.ok, w.failed = view.probes_sent, view.probes_ok, view.probes_failed
+            w.client_limited = view.probes_client_limited
             w.errors.update(view.errors)
             w.last_error, w.last_error_time = view.last_error, view.last_error_time
+            if view.agent is not None:
+                a, counts = ep.agent_window(), view.agent
+                a.sent, a.ok, a.failed = counts.steps_sent, counts.steps_ok, counts.steps_failed
+                a.client_limited = counts.steps_client_limited
+                a.errors.update(counts.errors)
+                a.last_error, a.last_error_time = counts.last_error, counts.last_error_time
         self.gpu, self.host, self.ports, self.leftovers = keyframe.gpu, keyframe.host, keyframe.ports, keyframe.leftovers
         self.alerts = keyframe.alerts
         self.paused, self.interval_s = keyframe.paused, keyframe.interval_s
@@ -100,7 +135,7 @@ class ReplayState:
     def _endpoint(self, name: str) -> _Endpoint:
         ep = self.endpoints.get(name)
         if ep is None:
-            ep = self.endpoints[name] = _Endpoint(name, self.window_s, self.max_samples)
+            ep = self.endpoints[name] = _Endpoint(name, self.window_s, self.max_samples, self.include_client_limited)
         return ep
 
     def apply(self, event: Event) -> None:
@@ -109,6 +144,8 @@ class ReplayState:
         kind = type(record)
         if kind is SampleEvent:
             self._endpoint(record.endpoint).window.add(record.sample)
+        elif kind is AgentStepEvent:
+            self._endpoint(record.endpoint).agent_window().add(record.step)
         elif kind is ScrapeEvent:
             ep = self._endpoint(record.endpoint)
             ep.server = record.metrics
@@ -122,11 +159,14 @@ class ReplayState:
             self.alerts = tuple(record.alerts)
         elif kind is EndpointInfo:
             ep = self._endpoint(record.config.name)
-            ep.config, ep.model, ep.known = record.config, record.model, True
+            ep.set_config(record.config)
+            ep.model, ep.known = record.model, True
         elif kind is ControlEvent:
-            if record.command == "reset":
+            if record.command == "reset":  # as the engine's _reset: every window, the agent's too
                 for ep in self.endpoints.values():
                     ep.window.reset()
+                    if ep.agent is not None:
+                        ep.agent.reset()
             elif record.command == "paused":
                 self.paused = bool(record.value)
             elif record.command == "interval" and isinstance(record.value, (int, float)):
@@ -136,10 +176,7 @@ class ReplayState:
 
     def snapshot(self, now: float, seq: int) -> Snapshot:
         """The snapshot the engine would have published at `now` (in_flight is not recorded: False)."""
-        views = tuple(
-            ep.window.view(ep.config, now=now, model=ep.model, server=ep.server, server_kind=ep.server_kind)
-            for ep in self.endpoints.values() if ep.known
-        )
+        views = tuple(ep.view(now) for ep in self.endpoints.values() if ep.known)
         interval = self.interval_s
         if interval is None:
             interval = min((ep.config.interval_s for ep in self.endpoints.values() if ep.known), default=2.0)
@@ -199,7 +236,8 @@ class ReplaySource:
         defaults = Snapshot(wall_time=self.start, host_name=str(meta.get("host") or "?"),
                             version=str(meta.get("lpxtop_version") or "?"),
                             started_at=float(meta.get("created_at") or self.start), paused=False, interval_s=2.0)
-        self.state = ReplayState(self.recording.window_s, self.recording.max_samples, defaults)
+        self.state = ReplayState(self.recording.window_s, self.recording.max_samples, defaults,
+                                 include_client_limited=bool(meta.get("include_client_limited")))
         self._buffer: deque[Event] = deque()
         self._buffered_seq = 0  # the last seq read into the buffer
         self._exhausted = False

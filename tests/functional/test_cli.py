@@ -39,7 +39,10 @@ def test_once_json_follows_schema_1(sims):
     assert [e["model"] for e in doc["endpoints"]] == ["sim-a", "sim-b"]
     for e in doc["endpoints"]:
         assert e["status"] == "up" and e["server_kind"] == "vllm"
-        assert e["probes"] == {"sent": 2, "ok": 2, "failed": 0, "errors": {}, "client_limited": e["probes"]["client_limited"]}
+        probes = e["probes"]
+        assert probes == {"sent": 2, "ok": 2, "failed": 0, "errors": {}, "client_limited": probes["client_limited"],
+                          "pool_wait_ms": probes["pool_wait_ms"], "redirected_to": None}
+        assert set(probes["pool_wait_ms"]) == {"p50", "p95", "p99", "mean", "max"}  # lpxtop's own, not in TTFT
         for key in ("ttft", "itl", "tpot", "e2e"):
             assert set(e["latency_ms"][key]) == {"p50", "p95", "p99", "mean", "max"}
         assert e["output_tokens"]["p50"] == 8

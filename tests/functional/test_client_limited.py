@@ -76,6 +76,39 @@ def test_a_thread_holding_the_interpreter_lock_makes_probes_client_limited():
     assert doc["latency_ms"]["ttft"] is not None
 
 
+def test_agent_steps_are_flagged_like_chat_probes():
+    """The agent probe's steps are watched as chat probes are: a held interpreter lock flags them, they
+    are counted, and their times are marked as coming from client-limited steps."""
+    n = _calibrated_hold()
+
+    def hold(stop: threading.Event) -> None:
+        while not stop.is_set():
+            sum(range(n))
+            time.sleep(0.01)
+
+    config = SimConfig(model="m", ttft_ms=60, itl_ms=2, jitter=0.0)
+    with start_sim_in_thread(config) as sim:
+        engine = Engine([endpoint(sim.url, model="m", max_tokens=8, interval_s=0.05, probes=("agent",))],
+                        EngineSettings(scrape_metrics=False))
+        steps: list = []
+        engine.add_listener(lambda e: steps.append(e.step) if type(e).__name__ == "AgentStepEvent" else None)
+        stop = threading.Event()
+        threading.Thread(target=hold, args=(stop,), daemon=True).start()
+        try:
+            with engine:
+                deadline = time.monotonic() + 20
+                while len(steps) < 3 and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                engine.set_paused(True)
+                time.sleep(0.6)
+                agent = engine.snapshot().endpoints[0].agent
+        finally:
+            stop.set()
+    assert len(steps) >= 3 and all(s.client_limited for s in steps), [(s.error_kind, s.step_ms) for s in steps]
+    assert agent.steps_client_limited == agent.steps_sent and agent.percentiles_with_client_limited
+    assert agent.to_json()["steps_client_limited"] == agent.steps_sent and agent.step_ms is not None
+
+
 def test_a_quiet_run_flags_nothing():
     config = SimConfig(model="m", ttft_ms=5, itl_ms=1, jitter=0.0)
     for _attempt in range(2):  # the machine's own load can make lpxtop late for real: one rerun

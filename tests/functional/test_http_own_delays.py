@@ -146,6 +146,7 @@ async def test_waiting_for_lpxtops_own_pool_is_not_the_servers_time():
             assert 0 <= extra < 20, f"TTFT {sample.ttft_ms:.1f} ms, the server's {server_ttft_ms:.1f}: the pool wait counted"
             # the wait is recorded, so it can be shown
             assert client.pool_waits == 1 and client.pool_wait_ns > 150e6
+            assert sample.pool_wait_ms == pytest.approx(client.pool_wait_ns / 1e6, abs=1.0)  # kept with the probe
 
 
 # --- the fidelity test of issue 19 item 6 ----------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 from lpxtop import textsafe
 from lpxtop.engine.httpclient import HttpClient, ReadTimeout, RedirectError
-from lpxtop.engine.probe import run_probe
+from lpxtop.engine.probe import run_probe, shown_url
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.functional.http_servers import raw_server, read_request
@@ -163,3 +163,10 @@ async def test_a_probe_through_a_307_measures_the_whole_exchange():
             sample = await run_probe(client, endpoint(f"http://127.0.0.1:{port}/v1", model="m"))
     assert sample.ok, sample.error_text
     assert sample.output_tokens == 16
+    assert sample.redirected_to == f"{sim.url.removesuffix('/v1')}/v1/chat/completions"  # kept, to be shown
+
+
+def test_a_redirect_target_is_shown_without_credentials_or_query():
+    assert shown_url("https://user:secret@gw.example:8443/v1/chat?sig=abc#x") == "https://gw.example:8443/v1/chat?…"
+    assert shown_url("http://[::1]:8000/v1/chat/completions") == "http://[::1]:8000/v1/chat/completions"
+    assert shown_url("http://h/\x1b]0;title\x07p") == "http://h/p"  # terminal escapes scrubbed

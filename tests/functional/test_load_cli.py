@@ -4,6 +4,7 @@ files, and Ctrl-C in the middle of a step."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import signal
@@ -116,3 +117,67 @@ def test_the_dashboard_on_a_terminal_stops_at_once_and_writes_the_report(tmp_pat
     report = json.loads(path.read_text())
     assert report["outcome"] == "stopped"
     assert [s["status"] for s in report["steps"]] == ["done", "partial"]
+
+
+def test_every_run_is_recorded_by_default_with_a_mark_per_step(tmp_path):
+    """A headless run writes a recording in the state directory, says where, and puts it in the JSON: the
+    server, GPU and host readings through the test, a `load_step` mark per step holding what the report
+    says of it (at the step's first request), the run's start and end; no probes (the load's requests are
+    not engine probes: --requests-jsonl has them). Replay jumps from step to step."""
+    from lpxtop.record.export import export
+    from lpxtop.record.reading import Recording
+    from lpxtop.record.replay import ReplaySource
+
+    state = tmp_path / "state"
+    with start_sim_in_thread(FAST_SIM) as sim:
+        proc = subprocess.run(
+            [sys.executable, "-m", "lpxtop", "load", sim.url, "--concurrency", "1,2", "--duration", "0.6",
+             "--warmup", "0.2", "--output-tokens", "8", "--no-ui", "--json", str(tmp_path / "r.json"), *RELAXED],
+            cwd=REPO, capture_output=True, text=True, timeout=45, env={**os.environ, "XDG_STATE_HOME": str(state)})
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    path = Path(report["recording"])
+    assert path.parent == state / "lpxtop" and path.name.startswith("load-") and path.exists()
+    assert f"recorded to {path}" in proc.stdout
+    with Recording(path) as recording:
+        marks = recording.marks()
+        out = io.StringIO()
+        counts = export(recording, out)
+    steps = [m for m in marks if m.kind == "load_step"]
+    assert [m.payload["concurrency"] for m in steps] == [1, 2]
+    for mark, step in zip(steps, report["steps"]):
+        assert mark.t == step["started_at"]
+        for key in ("completed", "failed", "median_ttft_ms", "p99_itl_ms", "output_throughput", "server"):
+            assert mark.payload[key] == step[key], key
+        assert mark.label.startswith(f"load_step: step {step['index'] + 1}: {step['concurrency']} concurrent, done")
+    assert [m.payload["event"] for m in marks if m.kind == "load"] == ["start", "end"]
+    assert counts.get("server", 0) >= 2 and counts.get("host", 0) >= 1 and counts.get("gpu", 0) >= 1
+    assert counts["load_step"] == 2 and counts["load"] == 2 and "probe" not in counts
+    source = ReplaySource(path, playing=False)
+    try:
+        assert source.timeline.next_mark(1, ("load_step",)).t == steps[0].t
+        assert source.timeline.next_mark(1, ("load_step",)).t == steps[1].t
+        view = source.snapshot().endpoints[0]
+        assert view.name == "load" and view.server is not None and view.server.kind == "vllm"
+    finally:
+        source.close()
+
+
+def test_no_record_writes_no_recording(tmp_path):
+    state = tmp_path / "state"
+    with start_sim_in_thread(FAST_SIM) as sim:
+        proc = subprocess.run(
+            [sys.executable, "-m", "lpxtop", "load", sim.url, "--concurrency", "1", "--duration", "0.3",
+             "--warmup", "0", "--output-tokens", "4", "--no-ui", "--no-record", "--json", "-", *RELAXED],
+            cwd=REPO, capture_output=True, text=True, timeout=45, env={**os.environ, "XDG_STATE_HOME": str(state)})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["recording"] is None
+    assert not (state / "lpxtop").exists() and "recorded to" not in proc.stderr
+
+
+def test_record_flags_that_cannot_work_are_usage_errors_before_any_load(tmp_path):
+    for flags, said in ((["--record-file", str(tmp_path / "nowhere" / "r.lpxrec")], "no directory"),
+                        (["--max-size", "lots"], "recording:")):
+        proc = subprocess.run([sys.executable, "-m", "lpxtop", "load", f"127.0.0.1:{free_port()}", "--concurrency", "1",
+                               "--no-ui", *flags], cwd=REPO, capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2 and said in proc.stderr, proc.stderr

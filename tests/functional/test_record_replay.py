@@ -1,14 +1,16 @@
 """Replay rebuilds what the live engine published: every snapshot, equal field by field.
 
 The engine runs for real against two simulated servers on loopback (probes, /metrics, the port check,
-host readings, alert rules, a simulated GPU), with a reset, a pause and an interval change while it
-records. Each snapshot the live engine published is then compared with the replay at the same moment,
+host readings, alert rules, a simulated GPU, agent steps with tool calls on one endpoint beside its chat
+probes and alone on another), with a reset, a pause and an interval change while it records. Each snapshot the live engine published is then compared with the replay at the same moment,
 once playing forward and once seeking backwards (which restarts from keyframes).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
+import json
 import time
 from dataclasses import replace
 
@@ -17,10 +19,13 @@ import pytest
 from lpxtop.assemble import build_engine
 from lpxtop.config import normalize_url
 from lpxtop.engine.simgpu import SimulatedGpuCollector
+from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.events import SnapshotEvent
 from lpxtop.model.snapshot import Snapshot
 from lpxtop.record import recorder as recorder_module
+from lpxtop.record.export import export
+from lpxtop.record.reading import Recording
 from lpxtop.record.recorder import Recorder
 from lpxtop.record.replay import ReplaySource
 from lpxtop.sim.config import SimConfig
@@ -30,8 +35,10 @@ WINDOW_S = 1.5  # short, so that samples leave the window within the run and see
 
 
 def normalized(snap: Snapshot) -> Snapshot:
-    """What a recording cannot know: whether a probe was in flight, and the publish counter."""
-    return replace(snap, seq=0, endpoints=tuple(replace(v, in_flight=False) for v in snap.endpoints))
+    """What a recording cannot know: whether a probe or an agent step was in flight, and the publish counter."""
+    return replace(snap, seq=0, endpoints=tuple(
+        replace(v, in_flight=False, agent=replace(v.agent, in_flight=False) if v.agent is not None else None)
+        for v in snap.endpoints))
 
 
 @pytest.fixture(scope="module")
@@ -39,19 +46,26 @@ def recorded(tmp_path_factory):
     """Run the engine ~2.2 s with commands in between; return the file and every published snapshot."""
     path = tmp_path_factory.mktemp("rec") / "run.lpxrec"
     published: list[Snapshot] = []
+    steps: list[AgentStepEvent] = []
     patch = pytest.MonkeyPatch()
     patch.setattr(recorder_module, "KEYFRAME_EVERY_S", 0.5)
     try:
         with contextlib.ExitStack() as stack:
             sims = [stack.enter_context(start_sim_in_thread(SimConfig(model=f"m{i}", ttft_ms=8 + 10 * i, itl_ms=2,
-                                                                      seed=i, fail_rate=0.15 * i)))
+                                                                      seed=i, fail_rate=0.3 * i,
+                                                                      tool_fault_rate=0.3 * i)))
                     for i in range(2)]
             endpoints = [EndpointConfig(name=f"sim-{i}", url=normalize_url(sim.url), interval_s=0.25, max_tokens=6,
-                                        metrics_interval_s=0.5) for i, sim in enumerate(sims)]
+                                        metrics_interval_s=0.5, probes=("chat", "agent") if i else ("chat",))
+                         for i, sim in enumerate(sims)]
+            # agent steps alone: the endpoint's status comes from them
+            endpoints.append(EndpointConfig(name="agent-0", url=normalize_url(sims[0].url), interval_s=0.25,
+                                            max_tokens=6, metrics_interval_s=0.5, probes=("agent",)))
             gpu = SimulatedGpuCollector(kv_usage=lambda: max(s.server.kv_cache_usage for s in sims))
             engine = build_engine(endpoints, window_s=WINDOW_S, gpu=gpu)
             recorder = Recorder.start_for(engine, path, endpoints=endpoints, strict=True)
             engine.add_listener(lambda e: published.append(e.snapshot) if isinstance(e, SnapshotEvent) else None)
+            engine.add_listener(lambda e: steps.append(e) if isinstance(e, AgentStepEvent) else None)
             with engine:
                 time.sleep(0.7)
                 engine.reset()
@@ -65,7 +79,11 @@ def recorded(tmp_path_factory):
     finally:
         patch.undo()
     assert recorder.failure is None
+    RUN_STEPS[str(path)] = steps
     return path, published
+
+
+RUN_STEPS: dict[str, list[AgentStepEvent]] = {}  # the agent steps the recorded engine finished, by file
 
 
 def test_replay_equals_every_snapshot_the_engine_published(recorded):
@@ -80,7 +98,11 @@ def test_replay_equals_every_snapshot_the_engine_published(recorded):
     assert probes >= 2
     last = published[-1]
     assert any(v.ttft_ms is not None for v in last.endpoints) and last.interval_s == pytest.approx(0.4)
-    assert any(v.errors for v in last.endpoints)  # the flaky server's failures are in the counts
+    assert any(v.errors for live in published for v in live.endpoints)  # the flaky server's failures are counted
+    # the agent windows were replayed too: steps, their times, and the faulty server's classified steps
+    agents = [v.agent for live in published for v in live.endpoints if v.agent is not None]
+    assert max(a.steps_sent for a in agents) >= 2 and any(a.step_ms is not None for a in agents)
+    assert {v.name for v in last.endpoints if v.agent is not None} == {"sim-1", "agent-0"}
     source.close()
 
 
@@ -91,6 +113,23 @@ def test_seeking_back_from_keyframes_gives_the_same_snapshots(recorded):
     for live in reversed(published):  # every step is a seek backwards
         assert normalized(source.snapshot_at(live.wall_time)) == normalized(live), live.wall_time
     source.close()
+
+
+def test_agent_steps_export_as_agent_step_lines(recorded):
+    path, _ = recorded
+    steps = RUN_STEPS[str(path)]
+    out = io.StringIO()
+    with Recording(path) as recording:
+        counts = export(recording, out, what=["agent"])
+        metrics = io.StringIO()
+        export(recording, metrics, fmt="openmetrics", what=["agent"])
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert counts == {"agent_step": len(steps)} and len(steps) >= 4
+    assert [(r["endpoint"], r["time"], r["ok"], r["error"], r["step_ms"], r["time_to_tool_call_ms"]) for r in rows] \
+        == [(e.endpoint, e.step.wall_time, e.step.ok, e.step.error_kind, e.step.step_ms, e.step.time_to_tool_call_ms)
+            for e in steps]
+    assert list(rows[0])[:5] == ["type", "endpoint", "time", "ok", "error"] and "recorded_at" in rows[0]
+    assert "# TYPE lpxtop_agent_step_seconds gauge" in metrics.getvalue()
 
 
 def test_the_timeline_plays_steps_and_jumps_to_marks(recorded, tmp_path):

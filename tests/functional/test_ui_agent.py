@@ -3,6 +3,8 @@ from fixed data), and the bar's arithmetic."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from rich.style import Style
 
@@ -48,6 +50,9 @@ def test_agent_text_says_what_was_measured():
     assert "bad_tool_args 1" in text and "valid arguments: 97%" in text  # 29 of the window's 30 calls
     dify_text = render_agent(dify.agent, NOW, PALETTE, 120).plain
     assert "app latency (its own)" in dify_text and "network and gateway (client − app, mean): +14.0 ms" in dify_text
+    assert "client-limited" not in text
+    limited = replace(llama.agent, steps_client_limited=2)
+    assert "2 client-limited (left out of the times)" in render_agent(limited, NOW, PALETTE, 120).plain
     assert "--probe agent" in render_agent(None, NOW, PALETTE).plain
 
 

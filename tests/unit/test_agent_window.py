@@ -83,3 +83,26 @@ def test_dify_segments_put_the_gateway_outside():
                   time_to_observation_ms=60.0, answer_ttft_ms=75.0, answer_e2e_ms=135.0, step_ms=135.0,
                   app_latency_ms=133.0, client_latency_ms=136.0)
     assert s.segments_ms == {"prefill": 55.0, "decode": 60.0, "tool": 20.0, "outside": 3.0}
+
+
+def test_client_limited_steps_are_counted_and_left_out_of_the_times_by_default():
+    window = AgentWindow(window_s=60.0, max_samples=10)
+    window.add(step(0, step_ms=100.0))
+    window.add(step(1, step_ms=900.0, client_limited=True))  # lpxtop was late: its 900 ms is not the server's
+    view = window.view(api="chat", now=1002.0, chain_steps=3)
+    assert view.steps_sent == 2 and view.steps_client_limited == 1
+    assert view.step_ms.count == 1 and view.step_ms.max == 100.0 and view.chain.p95_ms == pytest.approx(300.0)
+    assert not view.percentiles_with_client_limited
+    doc = view.to_json()
+    assert doc["steps_client_limited"] == 1 and doc["latency_includes_client_limited"] is False
+    # asked for (--include-client-limited): counted in the times, and marked so
+    included = AgentWindow(window_s=60.0, max_samples=10, include_client_limited=True)
+    for s in window.steps:
+        included.add(s)
+    both = included.view(api="chat", now=1002.0, chain_steps=3)
+    assert both.step_ms.count == 2 and both.percentiles_with_client_limited
+    # only client-limited steps in the window: their times rather than none, marked
+    alone = summarize((step(1, step_ms=900.0, client_limited=True),), api="chat", chain_steps=3)
+    assert alone.step_ms.max == 900.0 and alone.percentiles_with_client_limited
+    window.reset()
+    assert window.client_limited == 0

@@ -5,12 +5,14 @@ from __future__ import annotations
 import bisect
 import random
 import time
+from dataclasses import replace
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lpxtop.config import ConfigError, load_config_file
+from lpxtop.engine.agent.window import summarize
 from lpxtop.export.collector import LpxtopCollector
 from lpxtop.export.settings import (
     DEFAULT_BUCKETS,
@@ -20,11 +22,12 @@ from lpxtop.export.settings import (
     settings_from_table,
 )
 from lpxtop.export.state import MAX_ENDPOINTS, MAX_PENDING, ExportState
+from lpxtop.model.agent import AgentStep, AgentStepEvent
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.events import SampleEvent, ScrapeEvent
 from lpxtop.model.probe import Sample
-from lpxtop.model.server import ServerMetrics
+from lpxtop.model.server import ServerLatency, ServerMetrics
 from lpxtop.model.snapshot import EndpointView, Snapshot
 
 
@@ -152,3 +155,69 @@ def test_exporter_settings_from_flags_and_the_config_file(tmp_path):
     with pytest.raises(ConfigError, match="unknown key 'lisen'"):
         settings_from_table(load_config_file(path).exporter, path)
     assert ExporterSettings(listen_host="::1", listen_port=1).listen == "[::1]:1"
+
+
+IDENT = {"host": "node-1", "endpoint": "a", "model": "m", "server_kind": "vllm"}
+
+
+def ident(**extra: str) -> frozenset:
+    return frozenset({**IDENT, **extra}.items())
+
+
+def test_server_exact_means_and_the_gap_with_its_method():
+    """The server's exact means (Δsum/Δcount) as their own families; the gap only where the dashboard shows
+    one, labelled with how it was found (model/server_gap.py), and absent where it shows a reason."""
+    probes = tuple(replace(sample("a", ttft=ttft), start_ns=i * 10**9) for i, ttft in enumerate((12.0, 14.0)))
+    latency = ServerLatency(p50=9.0, p99=11.0, count=30.0, mean=10.0, min_at_least=8.0, max_at_most=12.0)
+    queue = ServerLatency(p50=0.1, p99=0.3, count=30.0, mean=0.2)
+    server = ServerMetrics(kind="vllm", server_ttft_ms=latency, server_queue_ms=queue,
+                           server_e2e_ms=ServerLatency(None, None, 30.0, mean=250.0))
+    state = ExportState(DEFAULT_BUCKETS)
+    out = exposition(state, snapshot(replace(view("a"), samples=probes, server=server)))
+    assert out[("lpxtop_server_ttft_mean_seconds", ident())] == pytest.approx(0.010)
+    assert out[("lpxtop_server_queue_time_mean_seconds", ident())] == pytest.approx(0.0002)
+    assert out[("lpxtop_server_e2e_mean_seconds", ident())] == pytest.approx(0.25)
+    assert ("lpxtop_server_itl_mean_seconds", ident()) not in out  # the server has no such histogram: absent
+    # client mean 13 ms − server mean 10 ms, an estimate within [13 − 12, 13 − 8]
+    assert out[("lpxtop_ttft_gap_seconds", ident(method="window_means"))] == pytest.approx(0.003)
+    wide = replace(latency, max_at_most=200.0)  # the server's TTFTs spread wide: no gap, and no series
+    queued = replace(server, server_ttft_ms=wide, server_queue_ms=replace(queue, mean=80.0))
+    out = exposition(state, snapshot(replace(view("a"), samples=probes, server=queued)))
+    assert not [k for k in out if k[0] == "lpxtop_ttft_gap_seconds"]
+
+
+def test_client_limited_probes_are_counted():
+    state = ExportState(DEFAULT_BUCKETS)
+    state.listener(SampleEvent("a", sample("a")))
+    state.listener(SampleEvent("a", replace(sample("a"), client_limited=True)))
+    out = exposition(state, snapshot(view("a")))
+    assert out[("lpxtop_probes_client_limited_total", ident())] == 1
+    assert out[("lpxtop_probes_total", ident())] == 2
+
+
+def agent_step(**kw) -> AgentStep:
+    values = dict(endpoint="a", api="chat", wall_time=time.time(), start_ns=0, time_to_tool_call_ms=80.0,
+                  step_ms=300.0)
+    values.update(kw)
+    return AgentStep(**values)
+
+
+def test_agent_steps_have_their_histograms_and_errors_by_kind():
+    state = ExportState(DEFAULT_BUCKETS)
+    state.listener(AgentStepEvent("a", agent_step()))
+    state.listener(AgentStepEvent("a", agent_step(error_kind="bad_tool_args", step_ms=500.0)))  # still timed
+    state.listener(AgentStepEvent("a", agent_step(error_kind="http_5xx", time_to_tool_call_ms=None, step_ms=None)))
+    state.listener(AgentStepEvent("a", agent_step(error_kind="brand_new")))
+    agent_only = replace(view("a", sent=0), agent=summarize((agent_step(),), api="chat", chain_steps=5))
+    out = exposition(state, snapshot(agent_only))
+    assert out[("lpxtop_agent_steps_total", ident())] == 4
+    errors = {dict(ls)["kind"]: v for (n, ls), v in out.items() if n == "lpxtop_agent_errors_total"}
+    assert errors["bad_tool_args"] == 1 and errors["http_5xx"] == 1 and errors["other"] == 1
+    assert errors["no_tool_call"] == 0 and errors["refused"] == 0 and sum(errors.values()) == 3  # every kind from 0
+    assert out[("lpxtop_agent_step_seconds_count", ident())] == 3
+    assert out[("lpxtop_agent_step_seconds_sum", ident())] == pytest.approx(0.3 + 0.5 + 0.3)
+    assert out[("lpxtop_agent_step_seconds_bucket", ident(le="0.5"))] == 3
+    assert out[("lpxtop_agent_time_to_tool_call_seconds_count", ident())] == 3
+    assert out[("lpxtop_agent_time_to_tool_call_seconds_bucket", ident(le="0.05"))] == 0
+    # an endpoint probed by agent steps alone has no chat probe series
+    assert ("lpxtop_probes_total", ident()) not in out

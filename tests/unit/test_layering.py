@@ -38,6 +38,7 @@ HEADLESS_MODULES = [
     "lpxtop.load.controller",
     "lpxtop.load.source",
     "lpxtop.load.report",
+    "lpxtop.load.recording",
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 
 from lpxtop.engine.agent.dify import run_dify_step
 from lpxtop.engine.agent.step import run_agent_step
@@ -13,6 +14,7 @@ from lpxtop.engine.agent.window import AgentWindow
 from lpxtop.engine.httpclient import HttpClient
 from lpxtop.model.agent import AgentStep, AgentView
 from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.model.snapshot import EndpointView
 
 log = logging.getLogger("lpxtop.engine.agent")
 
@@ -25,12 +27,29 @@ def wants_chat(config: EndpointConfig) -> bool:
     return "chat" in config.probes
 
 
+def agent_api(config: EndpointConfig) -> str:
+    return "dify" if config.api == "dify" else "chat"
+
+
+def agent_view(window: AgentWindow, config: EndpointConfig, now: float, in_flight: bool = False) -> AgentView:
+    """The agent window summarized at `now`: the engine's and a replay's (record/replay.py) one code path."""
+    return window.view(api=agent_api(config), now=now, chain_steps=config.chain_steps, in_flight=in_flight)
+
+
+def with_agent(view: EndpointView, config: EndpointConfig, agent: AgentView) -> EndpointView:
+    """An endpoint's view with its agent probe's summary. An endpoint probed by agent steps alone takes its
+    status from them."""
+    status = view.status if wants_chat(config) else agent.status
+    return replace(view, agent=agent, status=status, in_flight=view.in_flight or agent.in_flight)
+
+
 class AgentProber:
     """Runs one endpoint's agent steps (never two at once) and keeps their window. Engine loop only."""
 
-    def __init__(self, config: EndpointConfig, window_s: float, max_samples: int) -> None:
+    def __init__(self, config: EndpointConfig, window_s: float, max_samples: int, *,
+                 include_client_limited: bool = False) -> None:
         self.config = config
-        self.window = AgentWindow(window_s, max_samples)
+        self.window = AgentWindow(window_s, max_samples, include_client_limited=include_client_limited)
         self.include_usage = True
         self.in_flight = False
         self.tools: ToolSet | None = None
@@ -67,13 +86,12 @@ class AgentProber:
         return self._failed(kind or "other", message or None)
 
     def _failed(self, kind: str, message: str | None) -> AgentStep:
-        return AgentStep(endpoint=self.config.name, api="dify" if self.config.api == "dify" else "chat",
+        return AgentStep(endpoint=self.config.name, api=agent_api(self.config),
                          wall_time=time.time(), start_ns=time.perf_counter_ns(), error_kind=kind,
                          error_message=message, failed_call=1)
 
     def view(self, now: float) -> AgentView:
-        return self.window.view(api="dify" if self.config.api == "dify" else "chat", now=now,
-                                chain_steps=self.config.chain_steps, in_flight=self.in_flight)
+        return agent_view(self.window, self.config, now, self.in_flight)
 
 
 def _refused_usage(step: AgentStep) -> bool:

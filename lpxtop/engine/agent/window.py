@@ -14,10 +14,18 @@ _TIMINGS = ("time_to_tool_name_ms", "time_to_tool_call_ms", "call1_e2e_ms", "too
 
 
 class AgentWindow:
-    """The last `window_s` seconds (at most `max_samples`) of one endpoint's agent steps, plus lifetime counts."""
+    """The last `window_s` seconds (at most `max_samples`) of one endpoint's agent steps, plus lifetime counts.
 
-    def __init__(self, window_s: float = DEFAULT_WINDOW_S, max_samples: int = DEFAULT_MAX_SAMPLES) -> None:
+    A `client_limited` step (lpxtop itself was late while it ran) stays in the window and its counts, but
+    its times are left out of the percentiles, the chain budget and the breakdown unless
+    `include_client_limited`, or unless no other step is in the window (as the chat probe's window does).
+    """
+
+    def __init__(self, window_s: float = DEFAULT_WINDOW_S, max_samples: int = DEFAULT_MAX_SAMPLES, *,
+                 include_client_limited: bool = False) -> None:
         self.window_s = window_s
+        self.include_client_limited = include_client_limited
+        self.client_limited = 0
         self.steps: deque[AgentStep] = deque(maxlen=max_samples)
         self.sent = 0
         self.ok = 0
@@ -30,6 +38,8 @@ class AgentWindow:
     def add(self, step: AgentStep) -> None:
         self.steps.append(step)
         self.sent += 1
+        if step.client_limited:
+            self.client_limited += 1
         if step.ok:
             self.ok += 1
         else:
@@ -41,7 +51,7 @@ class AgentWindow:
 
     def reset(self) -> None:
         self.steps.clear()
-        self.sent = self.ok = self.failed = 0
+        self.sent = self.ok = self.failed = self.client_limited = 0
         self.errors.clear()
         self.last_error = None
         self.last_error_time = None
@@ -56,13 +66,14 @@ class AgentWindow:
         """The window summarized; recomputed only when a step came or went (or a setting changed)."""
         self._prune(now)
         first = self.steps[0] if self.steps else None
-        key = (len(self.steps), id(first), self.sent, chain_steps, in_flight, api)
+        key = (len(self.steps), id(first), self.sent, chain_steps, in_flight, api, self.client_limited)
         cached = self._view
         if cached is not None and cached[0] == key:
             return cached[1]
         view = summarize(tuple(self.steps), api=api, chain_steps=chain_steps, in_flight=in_flight,
                          sent=self.sent, ok=self.ok, failed=self.failed, errors=dict(self.errors),
-                         last_error=self.last_error, last_error_time=self.last_error_time)
+                         last_error=self.last_error, last_error_time=self.last_error_time,
+                         client_limited=self.client_limited, include_client_limited=self.include_client_limited)
         self._view = (key, view)
         return view
 
@@ -70,18 +81,24 @@ class AgentWindow:
 def summarize(
     steps: tuple[AgentStep, ...], *, api: str, chain_steps: int, in_flight: bool = False, sent: int | None = None,
     ok: int | None = None, failed: int | None = None, errors: dict[str, int] | None = None,
-    last_error: str | None = None, last_error_time: float | None = None,
+    last_error: str | None = None, last_error_time: float | None = None, client_limited: int | None = None,
+    include_client_limited: bool = False,
 ) -> AgentView:
-    """An AgentView of `steps` (counts default to the steps' own)."""
+    """An AgentView of `steps` (counts default to the steps' own). The times come from the steps during
+    which lpxtop was not late, unless `include_client_limited` or there are no such steps."""
+    timed = steps if include_client_limited else tuple(s for s in steps if not s.client_limited)
+    with_limited = bool(steps) and (include_client_limited or not timed) and any(s.client_limited for s in steps)
+    if not timed:
+        timed = steps
     values: dict[str, list[float]] = {name: [] for name in _TIMINGS}
-    for step in steps:
+    for step in timed:
         for name in _TIMINGS:
             value = getattr(step, name)
             if value is not None and value == value:
                 values[name].append(value)
     with_call = [s for s in steps if s.args_valid_json is not None]
     valid = sum(1 for s in with_call if s.args_valid_json and s.args_valid_schema is not False)
-    segments = [s.segments_ms for s in steps]
+    segments = [s.segments_ms for s in timed]
     measured = [seg for seg in segments if seg is not None]
     breakdown = {name: sum(seg[name] for seg in measured) / len(measured) for name in SEGMENTS} if measured else {}
     if errors is None:
@@ -111,6 +128,8 @@ def summarize(
         app_latency_ms=Percentiles.of(values["app_latency_ms"]),
         client_latency_ms=Percentiles.of(values["client_latency_ms"]),
         in_flight=in_flight,
+        steps_client_limited=sum(1 for s in steps if s.client_limited) if client_limited is None else client_limited,
+        percentiles_with_client_limited=with_limited,
     )
 
 

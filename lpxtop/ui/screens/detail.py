@@ -58,11 +58,21 @@ def render_summary(view: EndpointView | None, name: str, now: float, palette: Pa
 
 
 def settings_text(view: EndpointView) -> str:
-    """The probe's settings as EndpointConfig.to_json() gives them (never the API key), plus server status."""
+    """The probe's settings as EndpointConfig.to_json() gives them (never the API key), plus server status,
+    lpxtop's own pool wait and where the server redirects the probes."""
     lines = [f"{key:<22} {json.dumps(value)}" for key, value in view.config.to_json().items()]
     if view.server is not None:
         lines.append("")
         lines.append(f"{'server metrics':<22} {view.server.status}")
+    wait = view.pool_wait_ms
+    if wait is not None:
+        lines.append("")
+        label = "lpxtop's own pool wait"
+        lines.append(f"{label:<22} p99 {wait.p99:.1f} ms, max {wait.max:.1f} ms over "
+                     f"{wait.count} probes (a wait for lpxtop's own connections; not in TTFT)")
+    if view.redirected_to:
+        lines.append(f"{'redirected to':<22} {view.redirected_to} (each probe is redirected: point lpxtop there "
+                     "to save the hop)")
     return "\n".join(lines)
 
 
@@ -170,8 +180,10 @@ class DetailScreen(Screen):
         if server_key != self._server_key or force:
             self._server_key = server_key
             self.query_one("#server-latency", Static).update(server_latency_text(view, palette))
-        if view.config != self._settings_key or force:
-            self._settings_key = view.config
+        settings_key = (view.config, view.server.status if view.server else None, view.pool_wait_ms,
+                        view.redirected_to)
+        if settings_key != self._settings_key or force:
+            self._settings_key = settings_key
             self.query_one("#settings", Static).update(settings_text(view))
 
     def _show_errors(self, view: EndpointView, now: float, palette: Palette, force: bool) -> None:

@@ -96,6 +96,9 @@ def render_agent(agent: AgentView | None, now: float, palette: Palette, width: i
     what = "Dify app: one request per step" if agent.api == "dify" else "call 1 (tool call) → tool → call 2 (answer)"
     text.append(f"agent steps  {what}  ", style="bold")
     text.append(f"{agent.steps_sent} sent, {agent.steps_ok} ok, {agent.steps_failed} not", style=palette.muted)
+    if agent.steps_client_limited:  # lpxtop itself was late during these: left out of the times
+        what = "counted in the times" if agent.percentiles_with_client_limited else "left out of the times"
+        text.append(f", {agent.steps_client_limited} client-limited ({what})", style=palette.warning)
     if agent.in_flight:
         text.append("  (a step is running)", style=palette.muted)
     text.append("\n")

@@ -5,7 +5,7 @@ Two lines:
     ▶ ×2  14:05:12  +1:52 of 10:00   3 alerts · 1 bookmark · 2 load steps      recording.lpxrec
     ├━━━━━━━━━!━━━━━━━━━━━●─────────◆──────|───────────────────────────────────────────────────┤
 
-`!` an alert began, `↻` a restart, `|` a load step, `◆` a bookmark. Drawn from a `TimelineState`
+`!` an alert began, `↻` a restart, `|` a load step, `‖` a load test's start or end, `◆` a bookmark. Drawn from a `TimelineState`
 (lpxtop/record/replay.py), which the UI reads from the source's optional `timeline`.
 """
 
@@ -18,8 +18,9 @@ from textual.widgets import Static
 
 from lpxtop.ui.palette import Palette
 
-MARK_SYMBOLS = {"alert": "!", "restart": "↻", "load_step": "|", "bookmark": "◆"}
-PLURAL = {"alert": "alerts", "restart": "restarts", "load_step": "load steps", "bookmark": "bookmarks"}
+MARK_SYMBOLS = {"alert": "!", "restart": "↻", "load_step": "|", "load": "‖", "bookmark": "◆"}
+PLURAL = {"alert": "alerts", "restart": "restarts", "load_step": "load steps", "load": "load start/end",
+          "bookmark": "bookmarks"}
 
 
 def fmt_offset(seconds: float) -> str:
@@ -66,7 +67,7 @@ def render_timebar(state, width: int, palette: Palette, clock) -> Text:
     for i in range(here):
         cells[i] = "━"
         styles[i] = palette.accent
-    order = {"load_step": 0, "restart": 1, "bookmark": 2, "alert": 3}  # the most urgent drawn last
+    order = {"load": 0, "load_step": 0, "restart": 1, "bookmark": 2, "alert": 3}  # the most urgent drawn last
     for mark in sorted(state.marks, key=lambda m: order.get(m.kind, 0)):
         i = _cell(mark.t, state, bar_width)
         cells[i] = MARK_SYMBOLS.get(mark.kind, "•")
