@@ -134,25 +134,33 @@ def _hex(rgb: RGB) -> str:
     return "#{:02x}{:02x}{:02x}".format(*rgb)
 
 
-class PlotextChart(Static):
-    """A chart: a title line naming the series in their colours, then the plot filling the rest."""
+class PlotView(Static):
+    """A plot widget: a title line naming what is drawn in its colours, then the plot filling the rest.
 
-    DEFAULT_CSS = """
-    PlotextChart { height: 1fr; min-height: 8; }
+    Subclasses say what their spec's legend is (`legend`) and how it is drawn (`plot`); drawing is
+    skipped while the spec, the size and the palette are the same as last time.
     """
 
     def __init__(self, **kwargs) -> None:
         super().__init__("", **kwargs)
-        self.spec: ChartSpec | None = None
+        self.spec = None
         self._key: tuple | None = None
 
-    def set_spec(self, spec: ChartSpec) -> None:
+    def set_spec(self, spec) -> None:
         """Show `spec`; nothing is drawn if it equals what is shown."""
         self.spec = spec
         self.redraw()
 
     def on_resize(self) -> None:
         self.redraw()
+
+    def legend(self, spec) -> list[tuple[str, int, str]]:
+        """(glyph, colour index, label) for each thing drawn."""
+        raise NotImplementedError
+
+    def plot(self, spec, width: int, height: int, colors: list[RGB]) -> str:
+        """The plot as text with ANSI colours, `width` × `height` cells."""
+        raise NotImplementedError
 
     def redraw(self, *, force: bool = False) -> None:
         spec = self.spec
@@ -167,18 +175,29 @@ class PlotextChart(Static):
         colors = palette.chart
         title = Text(no_wrap=True, overflow="ellipsis")
         title.append(spec.title, style="bold")
-        for s in spec.series:
-            title.append("  ━ ", style=_hex(colors[s.color % len(colors)]))
-            title.append(s.label)
-        for lvl in spec.levels:
-            title.append("  ━ ", style=_hex(colors[lvl.color % len(colors)]))
-            title.append(lvl.label)
+        for glyph, color, label in self.legend(spec):
+            title.append(f"  {glyph} ", style=_hex(colors[color % len(colors)]))
+            title.append(label)
         if spec.empty or width < MIN_WIDTH or height - 1 < MIN_HEIGHT:
             message = spec.empty_message if spec.empty else "(too small to draw: enlarge the terminal)"
             self.update(Text("\n").join([title, Text(message, style=palette.muted)]), layout=False)
             return
-        plot = Text.from_ansi(build_chart(spec, width, height - 1, colors), no_wrap=True)
+        plot = Text.from_ansi(self.plot(spec, width, height - 1, colors), no_wrap=True)
         self.update(Text("\n").join([title, plot]), layout=False)
+
+
+class PlotextChart(PlotView):
+    """A time chart (ChartSpec): its series and levels in the title, the plot below."""
+
+    DEFAULT_CSS = """
+    PlotextChart { height: 1fr; min-height: 8; }
+    """
+
+    def legend(self, spec: ChartSpec) -> list[tuple[str, int, str]]:
+        return [("━", s.color, s.label) for s in spec.series] + [("━", lvl.color, lvl.label) for lvl in spec.levels]
+
+    def plot(self, spec: ChartSpec, width: int, height: int, colors: list[RGB]) -> str:
+        return build_chart(spec, width, height, colors)
 
 
 def _rel_times(times: list[float], now: float) -> tuple[float, ...]:

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
-from textual.widgets import Static
 
 from lpxtop.model.load import LoadState, StepResult, level_unit
-from lpxtop.ui.widgets.charts import MIN_HEIGHT, MIN_WIDTH, RGB, _hex
+from lpxtop.ui.widgets.charts import RGB, PlotView
 
 
 @dataclass(frozen=True)
@@ -166,50 +164,18 @@ def _tick_text(value: float) -> str:
     return f"{value:.2f}"
 
 
-class SweepChart(Static):
-    """One sweep chart: a title line naming the lines in their colours, then the plot."""
+class SweepChart(PlotView):
+    """One sweep chart: its lines and marks (knee, capacity) in the title, the plot below."""
 
     DEFAULT_CSS = """
     SweepChart { height: 1fr; min-height: 6; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__("", **kwargs)
-        self.spec: SweepSpec | None = None
-        self._key: tuple | None = None
+    def legend(self, spec: SweepSpec) -> list[tuple[str, int, str]]:
+        return [("━", line.color, line.label) for line in spec.lines] + [("┃", m.color, m.label) for m in spec.marks]
 
-    def set_spec(self, spec: SweepSpec) -> None:
-        self.spec = spec
-        self.redraw()
-
-    def on_resize(self) -> None:
-        self.redraw()
-
-    def redraw(self, *, force: bool = False) -> None:
-        spec = self.spec
-        palette = getattr(self.app, "palette", None)
-        width, height = self.content_size.width, self.content_size.height
-        if spec is None or palette is None or width <= 0 or height <= 0:
-            return
-        key = (spec, width, height, id(palette))
-        if key == self._key and not force:
-            return
-        self._key = key
-        colors = palette.chart
-        title = Text(no_wrap=True, overflow="ellipsis")
-        title.append(spec.title, style="bold")
-        for line in spec.lines:
-            title.append("  ━ ", style=_hex(colors[line.color % len(colors)]))
-            title.append(line.label)
-        for mark in spec.marks:
-            title.append("  ┃ ", style=_hex(colors[mark.color % len(colors)]))
-            title.append(mark.label)
-        if spec.empty or width < MIN_WIDTH or height - 1 < MIN_HEIGHT:
-            message = spec.empty_message if spec.empty else "(too small to draw: enlarge the terminal)"
-            self.update(Text("\n").join([title, Text(message, style=palette.muted)]), layout=False)
-            return
-        plot = Text.from_ansi(build_sweep(spec, width, height - 1, colors), no_wrap=True)
-        self.update(Text("\n").join([title, plot]), layout=False)
+    def plot(self, spec: SweepSpec, width: int, height: int, colors: list[RGB]) -> str:
+        return build_sweep(spec, width, height, colors)
 
 
 class SweepCharts(Horizontal):
