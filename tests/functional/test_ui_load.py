@@ -86,7 +86,7 @@ async def test_fixed_load_screen_shows_the_steps_and_q_stops_the_test():
 async def test_live_load_test_in_the_pilot_shows_what_the_report_holds():
     cfg = SimConfig(max_num_seqs=4, itl_ms=5.0, ttft_ms=10.0, jitter=0.0, seed=8)
     with start_sim_in_thread(cfg) as sim:
-        plan = plan_for(sim.url, levels=(1.0, 2.0), duration_s=1.0, warmup_s=0.2)
+        plan = plan_for(sim.url, levels=(1.0, 2.0), duration_s=2.0, warmup_s=0.2)
         engine = build_load_engine(plan, ui=False, scrape=True)
         watch = ServerWatch(plan.endpoint.name, plan.endpoint.effective_metrics_url)
         engine.add_listener(watch.on_engine_event)
