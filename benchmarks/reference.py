@@ -30,7 +30,8 @@ The figures depend on the machine: on a shared 2-core box the server's speed dri
 runs; within one run both clients see the same server.
 
 usage: python benchmarks/reference.py [--concurrency 1,2,4,8] [--probes 40] [--rounds 25]
-                                      [--max-num-seqs 4] [--origin http://127.0.0.1:PORT] [--json FILE]
+                                      [--max-num-seqs 4] [--origin http://127.0.0.1:PORT] [--keep DIR]
+                                      [--markdown] [--json FILE]
 """
 
 from __future__ import annotations
@@ -557,6 +558,29 @@ def render(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def markdown(doc: dict) -> str:
+    """The README's table: one row per concurrency (ms; p50/p95 where two figures share a cell)."""
+
+    def pair(d: dict, a: str, b: str) -> str:
+        return f"{_f(d[a])} / {_f(d[b])}"
+
+    lines = ["| C | TTFT p50 / p95: lpxtop | bench beside | bench alone at C+1 | ITL p50 / p95: lpxtop | bench beside "
+             "| TPOT p50: lpxtop | bench beside | server mean TTFT: lpxtop | read directly | outside vLLM's clock |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in doc["rows"]:
+        ours, beside, alone, direct = row["lpxtop"], row["bench_beside"], row["bench_alone"], row["server_direct"]
+        clients = direct.get("clients") or {}
+        outside = (clients["mean_ms"] - ours["server_ttft_mean_ms"]
+                   if clients.get("mean_ms") is not None and ours["server_ttft_mean_ms"] is not None else None)
+        lines.append(
+            f"| {row['concurrency']} | {pair(ours, 'ttft_p50', 'ttft_p95')} | {pair(beside, 'ttft_p50', 'ttft_p95')} "
+            f"| {pair(alone, 'ttft_p50', 'ttft_p95')} | {pair(ours, 'itl_p50', 'itl_p95')} "
+            f"| {pair(beside, 'itl_p50', 'itl_p95')} | {_f(ours['tpot_p50'])} | {_f(beside['tpot_p50'])} "
+            f"| {_f(ours['server_ttft_mean_ms'], '{:.3f}')} | {_f(direct['mean_ms'], '{:.3f}')} "
+            f"| {_f(outside, '{:+.1f}')} |")
+    return "\n".join(lines)
+
+
 @contextlib.contextmanager
 def vllm_origin(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     """The server to measure: `--origin`, or a fresh vLLM started (and always stopped) like the tests' one."""
@@ -579,6 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-num-seqs", type=int, default=4, help="vLLM's slots when this script starts it")
     parser.add_argument("--origin", help="measure this running vLLM (http://127.0.0.1:PORT) instead of starting one")
     parser.add_argument("--keep", metavar="DIR", help="keep vllm bench serve's detailed results (per request) in DIR")
+    parser.add_argument("--markdown", action="store_true", help="also print the README's table")
     parser.add_argument("--json", metavar="FILE", help="write the figures as JSON to FILE (- for stdout, no table)")
     args = parser.parse_args(argv)
     levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
@@ -605,6 +630,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         Path(args.json).write_text(text + "\n")
     print(render(doc))
+    if args.markdown:
+        print(markdown(doc))
     return 0
 
 
