@@ -421,11 +421,14 @@ class Engine:
             if scraping is not None:
                 scraping.cancel()
                 await asyncio.gather(scraping, return_exceptions=True)
-        if state.scraper is not None and (state.server is None or _passing_failure(state.server.status)):
-            # one answer decides the report: a passing failure gets one more try
-            if state.server is not None:
+        if state.scraper is not None:
+            # The last scrape reads the latency histograms whatever their 10 s schedule, so the server's
+            # window (its exact means, the gap) covers every probe of the run, not only its first seconds.
+            await self._scrape(state, client, histograms=True)
+            if state.server is None or _passing_failure(state.server.status):
+                # one answer decides the report: a passing failure gets one more try
                 await asyncio.sleep(0.5)
-            await self._scrape(state, client)
+                await self._scrape(state, client, histograms=True)
 
     async def _scrape_while_probing(self, state: _EndpointState, client: HttpClient) -> None:
         """Scrape at random gaps (the probes' schedule, its own clock): what the server showed across the run,
@@ -724,10 +727,10 @@ class Engine:
 
         await self._every(state.config.metrics_interval_s, scrape_unless_paused)
 
-    async def _scrape(self, state: _EndpointState, client: HttpClient) -> None:
+    async def _scrape(self, state: _EndpointState, client: HttpClient, *, histograms: bool = False) -> None:
         assert state.scraper is not None
         try:
-            metrics = await state.scraper.scrape(client)
+            metrics = await state.scraper.scrape(client, histograms=histograms)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001

@@ -236,3 +236,23 @@ def test_once_reports_the_server_across_the_run_from_scrapes_of_its_own():
     doc = view.to_json()["server_while_probing"]
     assert doc["scrapes"] == summary.scrapes and set(doc["requests_running"]) == {"last", "max", "mean"}
     assert doc["kv_cache_usage"]["max"] <= 1.0
+
+
+def test_once_reads_the_servers_histograms_after_its_last_probe(monkeypatch):
+    """`once`'s server-side figures (the exact mean TTFT, the gap) must cover every probe of the run: its
+    last scrape reads the latency histograms whatever their 10 s schedule. Found against real vLLM
+    (benchmarks/reference.py): a 17 s `once` reported the server's TTFT over its first ~10 s only. The
+    schedule is stretched here so that without that last read the window would end after the first scrapes."""
+    from lpxtop.engine import server_tracker
+    from lpxtop.engine.servers import ServerScraper
+
+    monkeypatch.setattr(server_tracker, "HISTOGRAMS_EVERY_S", 3600.0)
+    probes = 8
+    with start_sim_in_thread(SimConfig(model="m", ttft_ms=20, itl_ms=2, jitter=0.0)) as sim:
+        ep = endpoint(sim.url, model="m", max_tokens=4)
+        snap = Engine([ep], scraper_factory=ServerScraper).collect_once(samples=probes, timeout_s=30, interval_s=0.1)
+    view = snap.endpoints[0]
+    ttft = view.server.server_ttft_ms
+    assert view.probes_ok == probes and ttft is not None
+    # every probe's first token, bar one whose first token the first scrape may not have preceded
+    assert probes - 1 <= ttft.count <= probes, ttft
