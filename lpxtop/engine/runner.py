@@ -26,7 +26,7 @@ from lpxtop.engine.clientlimit import LoopLag, ThreadCpuWait
 from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.engine.schedule import next_gap
-from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, EndpointWindow
+from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, EndpointWindow, server_kind
 from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
@@ -206,9 +206,7 @@ class _EndpointState:
 
     @property
     def server_kind(self) -> str:
-        if self.server is not None and self.server.kind not in ("", "unknown"):
-            return self.server.kind
-        return self.config.server_kind or "unknown"
+        return server_kind(self.config, self.server)
 
 
 def _passing_failure(status: str) -> bool:

@@ -177,6 +177,13 @@ class EndpointWindow:
         )
 
 
+def server_kind(config: EndpointConfig, server: ServerMetrics | None) -> str:
+    """The kind the server's own /metrics says, else the configured one, else "unknown"."""
+    if server is not None and server.kind not in ("", "unknown"):
+        return server.kind
+    return config.server_kind or "unknown"
+
+
 def finite(value: object) -> float | None:
     """`value` as a finite float, or None (None, NaN, ±Inf, a number too large for a float, not a number)."""
     if value is None or isinstance(value, bool):

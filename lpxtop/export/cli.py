@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import signal
 import sys
 import threading
 
 from lpxtop.config import ConfigError
+from lpxtop.engine.http_proxy import is_loopback
 
 DESCRIPTION = """\
 Run lpxtop's engine without a screen and serve what it measures to Prometheus: /metrics (Prometheus
@@ -101,19 +101,12 @@ def start_exporter(engine, settings):
         exporter.stop()
         raise ConfigError(f"cannot listen on {settings.listen}: {exc.strerror or exc} "
                           "(another exporter there? pick another port with --listen)") from None
-    if settings.probe_enabled and not _loopback(settings.listen_host):
+    if settings.probe_enabled and not is_loopback(settings.listen_host):
         print(f"lpxtop: warning: /probe on {settings.listen} lets anyone who reaches this address make this host "
               "send requests; restrict access, or pass --no-probe-endpoint", file=sys.stderr)
     return exporter
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def run(command: str, args: argparse.Namespace) -> int:

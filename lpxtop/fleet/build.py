@@ -14,11 +14,11 @@ What a view holds here, and how it differs from the live engine's:
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from lpxtop.engine.http_proxy import is_loopback
 from lpxtop.engine.metric_names import KINDS
 from lpxtop.fleet.client import Answer
 from lpxtop.model.alerts import Alert
@@ -109,13 +109,6 @@ def _host_of(instance: str) -> tuple[str, int | None]:
         return instance, None
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def endpoint_views(reading: Reading, window: str) -> list[EndpointView]:
@@ -239,7 +232,7 @@ def server_only_views(reading: Reading, rows: Iterable[_Row], urls: Mapping[RowK
         if url_host:
             covered.add((url_host, port))
         covered.add((row.host, port))
-        if url_host is None or _loopback(url_host):
+        if url_host is None or is_loopback(url_host):
             covered.add((_host_of(row.instance)[0], port))
     found: dict[str, dict] = {}
     for role in ("waiting", "running", "kv_usage"):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import ipaddress
 import os
 import signal
 import sys
@@ -18,6 +17,7 @@ import time
 from dataclasses import replace
 
 from lpxtop.config import ConfigError, normalize_url
+from lpxtop.engine.http_proxy import is_loopback
 from lpxtop.load.plan import (
     CPU_WAIT_LIMIT,
     DEFAULT_DURATION_S,
@@ -227,13 +227,7 @@ def plan_from_args(args: argparse.Namespace) -> LoadPlan:
 def is_local(url: str) -> bool:
     from urllib.parse import urlsplit
 
-    host = urlsplit(url).hostname or ""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback(urlsplit(url).hostname or "")
 
 
 def describe(plan: LoadPlan) -> str:

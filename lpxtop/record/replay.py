@@ -20,7 +20,7 @@ from pathlib import Path
 
 from lpxtop.engine.agent.prober import agent_view, wants_agent, with_agent
 from lpxtop.engine.agent.window import AgentWindow
-from lpxtop.engine.stats import EndpointWindow
+from lpxtop.engine.stats import EndpointWindow, server_kind
 from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
@@ -78,10 +78,7 @@ class _Endpoint:
 
     @property
     def server_kind(self) -> str:
-        # as the engine's _EndpointState.server_kind
-        if self.server is not None and self.server.kind not in ("", "unknown"):
-            return self.server.kind
-        return self.config.server_kind or "unknown"
+        return server_kind(self.config, self.server)
 
 
 class ReplayState:

@@ -7,10 +7,11 @@ a gauge as +Inf or NaN) or too large for a float: every function here takes any 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 from rich.text import Text
+
+from lpxtop.engine.stats import finite as known  # None, NaN, ±Inf, too large or not a number -> None
 
 UNKNOWN = "--"
 
@@ -35,15 +36,6 @@ DEFAULT_THRESHOLDS: dict[str, tuple[float, float]] = {
 LEVELS = ("ok", "warning", "critical", "unknown")
 
 
-def known(value: object) -> float | None:
-    """`value` as a finite float, or None: None, NaN, ±Inf, a number too large for a float, not a number."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def merge_thresholds(overrides: Mapping[str, tuple[float, float]] | None) -> dict[str, tuple[float, float]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import Sample, quantile_sorted
@@ -39,3 +40,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float = 10.0, step: float = 0.05):
+    """`predicate()`'s first true value, asked every `step` s; fails the test after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError("condition not met in time")

@@ -10,17 +10,7 @@ from pathlib import Path
 from lpxtop.engine.runner import Engine, EngineSettings
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import endpoint, free_port
-
-
-def wait_for(predicate, timeout=8.0, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError("condition not met in time")
+from tests.functional.simhelpers import endpoint, free_port, wait_for
 
 
 def test_engine_probes_publishes_and_takes_commands():

@@ -28,7 +28,7 @@ from lpxtop.fleet.promql import FleetQueries
 from lpxtop.fleet.source import FleetReader, FleetSettings, FleetSource
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.promhelpers import HangingServer, Prometheus, binary, series, value
+from tests.functional.promhelpers import HangingServer, Prometheus, binary, running, series, value
 from tests.functional.simhelpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,16 +56,6 @@ def _exporter(url: str, host: str, port: int, log: Path) -> subprocess.Popen:
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory) -> Iterator[Fleet]:
     binary("prometheus")
@@ -79,7 +69,7 @@ def fleet(tmp_path_factory) -> Iterator[Fleet]:
         for host, sim in sims.items():
             port = free_port()
             proc = _exporter(sim.url, host, port, work / f"exporter-{host}.log")
-            stack.callback(_stop, proc)
+            stack.enter_context(running(proc))
             exporters[host] = f"127.0.0.1:{port}"
         direct_instance = f"127.0.0.1:{direct.port}"
         covered_instance = f"127.0.0.1:{sims['hostA'].port}"

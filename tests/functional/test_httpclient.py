@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -42,66 +42,16 @@ from lpxtop.engine.probe import run_probe
 from lpxtop.engine.runner import Engine, EngineSettings
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
+from tests.functional.http_servers import Handler, answer_each, raw_server, read_request
 from tests.functional.simhelpers import endpoint, free_port
 
 pytestmark = pytest.mark.timeout(30)
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 @pytest.fixture(scope="module")
 def sim():
     with start_sim_in_thread(SimConfig(model="m", ttft_ms=5, itl_ms=2, api_key=None)) as handle:
         yield handle
-
-
-@contextlib.asynccontextmanager
-async def raw_server(handle: Handler, accepted: list[int] | None = None) -> AsyncIterator[int]:
-    """A plain asyncio socket server on loopback running `handle(reader, writer)`; yields its port.
-
-    `accepted` counts connections. On exit every accepted connection is closed.
-    """
-    writers: list[asyncio.StreamWriter] = []
-
-    async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writers.append(writer)
-        if accepted is not None:
-            accepted.append(1)
-        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-            await handle(reader, writer)
-
-    server = await asyncio.start_server(tracked, "127.0.0.1", 0)
-    try:
-        async with server:
-            yield server.sockets[0].getsockname()[1]
-    finally:
-        for writer in writers:
-            writer.close()
-        await asyncio.sleep(0.01)  # let the transports finish closing
-
-
-async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, dict[str, str], bytes]:
-    """(request line, headers with lower-case names, body) of one request."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head[:-4].split(b"\r\n")
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.decode("latin-1").partition(":")
-        headers[name.strip().lower()] = value.strip()
-    body = await reader.readexactly(int(headers.get("content-length", "0")))
-    return lines[0], headers, body
-
-
-def answer_each(response: bytes) -> Handler:
-    """A keep-alive handler that answers every request with `response`."""
-
-    async def handle(reader, writer):
-        while True:
-            await read_request(reader)
-            writer.write(response)
-            await writer.drain()
-
-    return handle
 
 
 async def silent(reader, writer):
