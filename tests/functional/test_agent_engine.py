@@ -11,18 +11,8 @@ from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.events import SampleEvent
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import endpoint
+from tests.functional.simhelpers import endpoint, wait_for
 from tests.functional.test_cli import lpxtop
-
-
-def wait_for(predicate, timeout=10.0, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError("condition not met in time")
 
 
 def test_engine_runs_chat_and_agent_loops_and_a_dify_app():
@@ -41,9 +31,12 @@ def test_engine_runs_chat_and_agent_loops_and_a_dify_app():
                 return None
 
             views = wait_for(ready)
-            before = {v.name: v.agent.steps_sent for v in engine.snapshot().endpoints}
-            engine.reset()  # the agent windows start over too
-            wait_for(lambda: all(v.agent.steps_sent < min(before[v.name], 3) for v in engine.snapshot().endpoints))
+            # paused, so that at most the step in flight lands between the reset and the snapshot that shows it
+            engine.set_paused(True)
+            engine.reset()  # the agent windows start over too (each had 3 steps or more)
+            wait_for(lambda: all(v.agent.steps_sent <= 1 and len(v.agent.samples) <= 1
+                                 for v in engine.snapshot().endpoints))
+            engine.set_paused(False)
         chat_view, app_view = views["both"], views["app"]
         assert chat_view.status == "up" and chat_view.agent.status == "up"
         assert chat_view.agent.api == "chat" and chat_view.agent.chain.steps == 5
