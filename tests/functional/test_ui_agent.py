@@ -10,7 +10,7 @@ from rich.style import Style
 
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.widgets.agent_panel import AgentPanel, breakdown_bar, fmt_pair_ms, render_agent
-from lpxtop.ui.widgets.endpoints_table import EndpointsTable, columns_for_width
+from lpxtop.ui.widgets.endpoints_table import EndpointsTable, columns_for_width, error_pct
 from tests.agent_snapshot_data import agent_snapshot
 from tests.functional.test_ui_support import make_app, text_of
 from tests.snapshot_data import NOW
@@ -23,6 +23,16 @@ def test_step_column_only_with_agent_endpoints():
     assert "step" not in [c.key for c in columns_for_width(200)]
     assert "step" in [c.key for c in columns_for_width(200, agent=True)]
     assert "step" in [c.key for c in columns_for_width(78, agent=True)]  # shown at 80 columns too
+
+
+def test_err_column_of_an_agent_only_endpoint_counts_its_steps():
+    dify = agent_snapshot().endpoints[-1]
+    assert dify.samples == () and dify.error_rate is None
+    assert error_pct(dify) == 0.0  # not "--": the steps are its probes
+    failed = replace(dify.agent.samples[0], error_kind="http_5xx", error_message="503")
+    assert not failed.ok
+    steps = (failed, *dify.agent.samples[1:4])
+    assert error_pct(replace(dify, agent=replace(dify.agent, samples=steps))) == 25.0
 
 
 def test_pair_format_fits_nine_cells():

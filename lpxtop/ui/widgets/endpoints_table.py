@@ -56,7 +56,11 @@ def gap_text(view: EndpointView) -> str:
 
 
 def error_pct(view: EndpointView) -> float | None:
+    """Failed share of the window's probes; of its agent steps when the endpoint runs only those."""
     rate = view.error_rate
+    if rate is None and view.agent is not None and view.agent.samples:
+        steps = view.agent.samples
+        rate = sum(1 for s in steps if not s.ok) / len(steps)
     return None if rate is None else rate * 100.0
 
 
