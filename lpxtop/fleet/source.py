@@ -158,6 +158,7 @@ class FleetSource:
     readonly = True
     is_demo = False
     default_sort = "worst"
+    interval_label = "refresh"  # the header's "probe N s" would be wrong: the fleet view queries Prometheus
     empty_message = (
         "No lpxtop exporter in Prometheus yet (the line above says why).\n"
         "On each host:  lpxtop exporter URL... --listen 0.0.0.0:9464 --no-probe-endpoint\n"

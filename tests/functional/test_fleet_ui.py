@@ -10,6 +10,7 @@ from lpxtop.fleet.client import Answer, Series
 from lpxtop.fleet.source import REFUSALS, FleetSettings, build_snapshot
 from lpxtop.ui.app import create_app
 from lpxtop.ui.widgets.endpoints_table import EndpointsTable
+from lpxtop.ui.widgets.header_bar import HeaderBar
 from tests.unit.test_fleet_build import lpxtop_reading, s
 
 
@@ -17,6 +18,7 @@ class FixedFleet(FixedSource):
     """A fixed snapshot that answers the controls as the fleet view does."""
 
     default_sort = "worst"
+    interval_label = "refresh"
 
     def refusal(self, action: str) -> str | None:
         text = REFUSALS.get(action)
@@ -66,6 +68,8 @@ def test_fleet_detail_screen(snap_compare):
 async def test_fleet_rows_are_keyed_by_host_and_the_controls_say_why_they_do_nothing():
     source, app = make_fleet_app()
     async with app.run_test(size=(160, 48)) as pilot:
+        header = app.screen.query_one(HeaderBar)._last
+        assert header is not None and "refresh 5.0s" in header.plain and "probe" not in header.plain
         table = app.screen.query_one(EndpointsTable)
         assert table.row_names == ["hostB/e1", "hostA/e1", "10.0.0.3/10.0.0.3:30000"]
         assert [c.key for c in table.columns][:3] == ["status", "host", "name"]

@@ -159,6 +159,7 @@ class MainScreen(Screen):
                 palette=palette,
                 replay=replay,
                 recording=None if recorder is None else ("on" if recorder.recording else "stopped"),
+                interval_label=getattr(getattr(app, "source", None), "interval_label", "probe"),
             )
         )
         if replay:

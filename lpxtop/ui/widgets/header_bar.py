@@ -19,10 +19,12 @@ def fmt_interval(seconds: float) -> str:
 
 
 def render_header(snap: Snapshot, *, paused: bool, interval_s: float, demo: bool, readonly: bool,
-                  palette: Palette, replay: bool = False, recording: str | None = None) -> Text:
+                  palette: Palette, replay: bool = False, recording: str | None = None,
+                  interval_label: str = "probe") -> Text:
     """The header line; the most important facts first so a narrow terminal cuts the least useful.
 
     `replay`: the snapshot comes from a recording. `recording`: "on" or "stopped" while lpxtop records.
+    `interval_label` names what `interval_s` times: the probes, or the fleet view's queries ("refresh").
     """
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f" lpxtop {snap.version} ", style="bold")
@@ -40,7 +42,7 @@ def render_header(snap: Snapshot, *, paused: bool, interval_s: float, demo: bool
     text.append(snap.host_name)
     text.append(" │ up ", style=palette.muted)
     text.append(fmt_duration(snap.wall_time - snap.started_at))
-    text.append(" │ probe ", style=palette.muted)
+    text.append(f" │ {interval_label} ", style=palette.muted)
     text.append(fmt_interval(interval_s))
     text.append(" │ endpoints", style=palette.muted)
     for status, symbol in (("up", "●"), ("degraded", "◐"), ("down", "✖"), ("pending", "…")):
