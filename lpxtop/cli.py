@@ -192,7 +192,7 @@ def _add_ui_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _recording_format() -> int:
-    from lpxtop.record.store import FORMAT_VERSION
+    from lpxtop.record.fileformat import FORMAT_VERSION
 
     return FORMAT_VERSION
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lpxtop.record.store import is_recording
+from lpxtop.record.fileformat import is_recording
 
 DEFAULT_RETAIN_S = 48 * 3600.0
 DEFAULT_MAX_BYTES = 1_000_000_000

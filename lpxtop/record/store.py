@@ -35,9 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 1
-OLDEST_READABLE = 1
-APPLICATION_ID = 0x6C707872  # "lpxr"
+from lpxtop.record.fileformat import APPLICATION_ID, FORMAT_VERSION, OLDEST_READABLE, is_recording  # noqa: F401
+
 # Consecutive missing or unreadable rows after which the row-by-row salvage stops looking.
 SALVAGE_GAP = 20_000
 ZLIB_LEVEL = 6
@@ -96,17 +95,6 @@ def unpack(codec: str, data: bytes) -> Any:
     elif codec != "j":
         raise ValueError(f"unknown chunk codec {codec!r}")
     return json.loads(data)
-
-
-def is_recording(path: str | Path) -> bool:
-    """True when `path` is a SQLite file carrying lpxtop's application id (read from its header only)."""
-    try:
-        with open(path, "rb") as f:
-            header = f.read(100)
-    except OSError:
-        return False
-    return (len(header) == 100 and header.startswith(b"SQLite format 3\x00")
-            and int.from_bytes(header[68:72], "big") == APPLICATION_ID)
 
 
 def _clock(t: float) -> str:
