@@ -6,10 +6,58 @@ Buckets are cumulative ``(upper_bound, count)`` pairs sorted by bound, the last 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-Buckets = tuple[tuple[float, float], ...]
+Buckets = Sequence[tuple[float, float]]
+
+_LAYOUTS: dict[tuple[float, ...], tuple[float, ...]] = {}
+MAX_LAYOUTS = 256  # distinct bucket layouts remembered for sharing (a server has a handful)
+
+
+class PackedBuckets(Sequence[tuple[float, float]]):
+    """Buckets as a window keeps them: the bounds shared by every series and scrape with that layout, the
+    counts in an array. It reads as the tuple of ``(bound, count)`` pairs it stands for.
+
+    A server tracker keeps about 40 scrapes' histograms per window (vLLM: ~140 buckets each). As tuples of
+    pairs a bucket cost ~104 bytes (the pair, its bound, its count); packed, 8. With 4 simulated vLLM
+    endpoints that was ~4 MB of the dashboard's heap at 8 minutes (tracemalloc), over a 60 MB target.
+    """
+
+    __slots__ = ("bounds", "counts")
+
+    def __init__(self, pairs: Iterable[tuple[float, float]]) -> None:
+        pairs = tuple(pairs)
+        bounds = tuple(b for b, _ in pairs)
+        shared = _LAYOUTS.get(bounds)
+        if shared is None:
+            if len(_LAYOUTS) >= MAX_LAYOUTS:
+                _LAYOUTS.clear()
+            shared = _LAYOUTS[bounds] = bounds
+        self.bounds: tuple[float, ...] = shared
+        self.counts = array("d", (n for _, n in pairs))
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def __iter__(self) -> Iterator[tuple[float, float]]:
+        return zip(self.bounds, self.counts)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return tuple(zip(self.bounds[i], self.counts[i]))
+        return self.bounds[i], self.counts[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PackedBuckets):
+            return self.bounds == other.bounds and self.counts == other.counts
+        return isinstance(other, (tuple, list)) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PackedBuckets({tuple(self)!r})"
 
 
 def bucket_delta(new: Buckets, old: Buckets | None) -> Buckets | None:
@@ -19,7 +67,11 @@ def bucket_delta(new: Buckets, old: Buckets | None) -> Buckets | None:
     """
     if old is None:
         return new
-    if [b for b, _ in new] != [b for b, _ in old]:
+    if isinstance(new, PackedBuckets) and isinstance(old, PackedBuckets):
+        same_layout = new.bounds is old.bounds or new.bounds == old.bounds
+    else:
+        same_layout = [b for b, _ in new] == [b for b, _ in old]
+    if not same_layout:
         return None
     out = []
     for (bound, n), (_, o) in zip(new, old):

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 
 from lpxtop.engine.metric_names import PROCESS_START, Hist, KindNames, Ref
 from lpxtop.engine.server_exposition import Exposition, Labels, Point
-from lpxtop.engine.server_histograms import Buckets, bucket_delta, estimate_quantiles, merge, observations
+from lpxtop.engine.server_histograms import (
+    Buckets,
+    PackedBuckets,
+    bucket_delta,
+    estimate_quantiles,
+    merge,
+    observations,
+)
 from lpxtop.model.server import ModelServerMetrics, ServerLatency, ServerMetrics, TtftInterval
 
 # (model, outcome key, the remaining labels: engine, tp_rank, ...)
@@ -272,7 +279,7 @@ def _read(expo: Exposition, names: KindNames, now: float) -> Reading:
                 key = _hist_key(labels, names)
                 if any(_bad_value(r.name + "_bucket", n, "count", notes) for _, n in b):
                     continue
-                buckets[key] = b
+                buckets[key] = PackedBuckets(b)  # kept for the window: 8 bytes a bucket instead of ~104
                 total = sums.get(labels)
                 if total is not None and not _bad_value(r.name + "_sum", total, "sum of latencies", notes):
                     totals[key] = total

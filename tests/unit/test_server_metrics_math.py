@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from lpxtop.engine.metric_names import BY_KIND, VLLM
 from lpxtop.engine.server_exposition import Exposition, NotPrometheusText
-from lpxtop.engine.server_histograms import bucket_delta, histogram_quantile, merge
+from lpxtop.engine.server_histograms import PackedBuckets, bucket_delta, histogram_quantile, merge
 from lpxtop.engine.server_tracker import MetricsTracker
 from lpxtop.model.server import ServerLatency, ServerMetrics
 
@@ -367,3 +368,38 @@ def test_remembered_latencies_equal_computed_ones(monkeypatch: pytest.MonkeyPatc
                         lambda self, role, hist, new, base: server_tracker._latency(role, hist, new, base))
     assert run() == remembered
     assert sum(m.server_ttft_ms is not None and m.server_ttft_ms.count > 0 for m in remembered) > 60
+
+
+bucket_lists = st.lists(st.integers(0, 10_000), min_size=1, max_size=20).map(
+    lambda counts: tuple(zip([*(0.01 * 2**i for i in range(len(counts) - 1)), INF], sorted(counts), strict=True)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(bucket_lists, bucket_lists)
+def test_packed_buckets_read_and_subtract_as_the_pairs_they_stand_for(new, old):
+    packed_new, packed_old = PackedBuckets(new), PackedBuckets(old)
+    assert tuple(packed_new) == new and len(packed_new) == len(new) and packed_new[-1] == new[-1]
+    assert packed_new[1:] == new[1:] and packed_new == new and packed_new == PackedBuckets(new)
+    assert bucket_delta(packed_new, packed_old) == bucket_delta(new, old)
+    assert bucket_delta(packed_new, None) == new
+    assert merge([packed_new, packed_old]) == merge([new, old])
+    assert histogram_quantile(0.5, packed_new) == histogram_quantile(0.5, new)
+
+
+def test_packed_buckets_share_their_bounds_and_take_a_fraction_of_the_room():
+    pairs = tuple((0.001 * 2**i, float(i * 3)) for i in range(14)) + ((INF, 50.0),)
+    a, b = PackedBuckets(pairs), PackedBuckets(tuple((bound, n + 1) for bound, n in pairs))
+    assert a.bounds is b.bounds  # one layout tuple for every series and scrape that has it
+    as_pairs = sys.getsizeof(pairs) + sum(sys.getsizeof(p) + 2 * sys.getsizeof(1.5) for p in pairs)
+    packed = sys.getsizeof(b) + sys.getsizeof(b.counts)
+    assert packed * 4 < as_pairs
+
+
+def test_the_tracker_keeps_packed_buckets_and_gives_the_same_quantiles():
+    tracker = MetricsTracker(window_s=300)
+    update(tracker, ttft(0, 0, 0, 0), now=0.0)
+    m = update(tracker, ttft(10, 30, 90, 100), now=10.0)
+    assert all(isinstance(b, PackedBuckets) for r in tracker._history for s in r.hists.values() for b in s.values())
+    expected = histogram_quantile(0.5, ((0.1, 10), (0.2, 30), (0.5, 90), (INF, 100)))
+    assert m.server_ttft_ms is not None and m.server_ttft_ms.count == 100
+    assert m.server_ttft_ms.p50_range[0] <= expected * 1000 <= m.server_ttft_ms.p50_range[1]
