@@ -194,6 +194,8 @@ class LpxtopApp(ReplayActions, App):
             return
         self.snapshot = snap
         screen = self.screen
+        if not screen.is_attached:
+            return  # the app is closing
         if isinstance(screen, ModalScreen):
             return  # nothing visible changes under a dialog; the screen catches up on resume
         show = getattr(screen, "show_snapshot", None)

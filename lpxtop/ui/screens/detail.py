@@ -123,7 +123,7 @@ class DetailScreen(Screen):
 
     async def _add_agent_tab(self, snap: Snapshot | None) -> None:
         """An Agent tab for an endpoint with the agent-step probe, first when it has no chat probe."""
-        view = next((v for v in snap.endpoints if v.name == self.endpoint_name), None) if snap else None
+        view = next((v for v in snap.endpoints if v.key == self.endpoint_name), None) if snap else None
         if view is None or view.agent is None:
             return
         tabs = self.query_one("#detail-tabs", TabbedContent)
@@ -153,9 +153,13 @@ class DetailScreen(Screen):
         snap = self._snap
         if snap is None:
             return
+        try:
+            summary = self.query_one("#detail-summary", Static)
+        except NoMatches:
+            return  # the app is closing and has taken the screen's widgets down: nothing to draw on
         palette = self.app.palette  # type: ignore[attr-defined]
         view = next((v for v in snap.endpoints if v.key == self.endpoint_name), None)
-        self.query_one("#detail-summary", Static).update(render_summary(view, self.endpoint_name, snap.wall_time, palette))
+        summary.update(render_summary(view, self.endpoint_name, snap.wall_time, palette))
         if view is None:
             return
         now = time.monotonic()
