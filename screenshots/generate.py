@@ -54,7 +54,9 @@ async def shoot(out: Path) -> None:
             app.screen.query_one("#detail-tabs", TabbedContent).active = "tab-server"
             await pilot.pause(1.0)
             app.save_screenshot(str(out / "server.svg"))
-            await pilot.press("escape", "down", "enter", "right")  # vllm-sim-b's Agent tab
+            await pilot.press("escape", "down", "enter")  # vllm-sim-b
+            await pilot.pause(1.0)
+            app.screen.query_one("#detail-tabs", TabbedContent).active = "tab-agent"
             await pilot.pause(1.5)
             app.save_screenshot(str(out / "agent.svg"))
             await pilot.press("escape")
