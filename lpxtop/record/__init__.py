@@ -6,7 +6,7 @@ through the live statistics code (`lpxtop.engine.stats.EndpointWindow`), so a re
 the live one by construction.
 
 Modules: `codec` (dataclasses to compact JSON and back, tolerant of added and removed fields),
-`store` (the file: schema, versions, chunks, damage), `recorder` (the engine listener and its writer
+`store` (the file: schema, versions, chunks, damage), `fileformat` (its version and header check, without sqlite3), `recorder` (the engine listener and its writer
 thread), `retention` (age and size limits), `replay` (the SnapshotSource over a file, with a timeline),
 `compare`, `export`, `timeparse`, `cli`. Nothing here imports Textual or Rich.
 """
