@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 
 from lpxtop.sim.wire import ChunkMaker, sse
 
@@ -27,3 +28,13 @@ def sim_stream(api: str, tokens: int, empty_rate: float, seed: int = 0) -> bytes
     parts.append(sse(maker.usage(7, tokens)))
     parts.append(sse("[DONE]"))
     return b"".join(parts)
+
+
+def reads_of(raw: bytes, cuts: Iterable[int]) -> list[tuple[bytes, int]]:
+    """`raw` cut at `cuts`; each read stamped with the offset where it ends."""
+    bounds = sorted({c for c in cuts if 0 < c < len(raw)}) + [len(raw)]
+    out, last = [], 0
+    for b in bounds:
+        out.append((raw[last:b], b))
+        last = b
+    return out

@@ -17,7 +17,7 @@ from lpxtop.engine import probe
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import ERROR_KINDS
 from tests.conftest import FIXTURES
-from tests.unit.streams import sim_stream
+from tests.unit.streams import reads_of, sim_stream
 
 VLLM = (FIXTURES / "sse" / "vllm-0.32.0-chat-stream-include-usage.txt").read_bytes()
 LLAMA = (FIXTURES / "sse" / "llamacpp-server-0c1e5709-chat-stream-include-usage.txt").read_bytes()
@@ -62,15 +62,6 @@ def run_sink(reads: list[tuple[bytes, int]]):
     except probe._ProbeError as err:
         kind = err.kind
     return probe._sample(ENDPOINT, m, 200, kind), kind
-
-
-def reads_of(raw: bytes, cuts) -> list[tuple[bytes, int]]:
-    bounds = sorted({c for c in cuts if 0 < c < len(raw)}) + [len(raw)]
-    out, last = [], 0
-    for b in bounds:
-        out.append((raw[last:b], b))
-        last = b
-    return out
 
 
 def figures(sample) -> tuple:

@@ -26,23 +26,13 @@ from hypothesis import strategies as st
 
 from lpxtop.engine.sse import SseParser
 from tests.conftest import FIXTURES
-from tests.unit.streams import sim_stream
+from tests.unit.streams import reads_of, sim_stream
 
 CAPTURES = [
     (FIXTURES / "sse" / "vllm-0.32.0-chat-stream-include-usage.txt").read_bytes(),
     (FIXTURES / "sse" / "llamacpp-server-0c1e5709-chat-stream-include-usage.txt").read_bytes(),
 ]
 STREAMS = CAPTURES + [sim_stream("chat", 12, 0.3, seed=1), sim_stream("completions", 12, 0.25, seed=2)]
-
-
-def reads_of(raw: bytes, cuts: list[int]) -> list[tuple[bytes, int]]:
-    """`raw` cut at `cuts`; each read stamped with the offset where it ends."""
-    bounds = sorted({c for c in cuts if 0 < c < len(raw)}) + [len(raw)]
-    out, last = [], 0
-    for b in bounds:
-        out.append((raw[last:b], b))
-        last = b
-    return out
 
 
 def ours(reads: list[tuple[bytes, int]]) -> list[tuple[str, str, int]]:
