@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 from lpxtop.model.snapshot import EndpointView, Snapshot
 from lpxtop.ui.formatting import fmt_ago, fmt_ms, fmt_pct, fmt_rate, truncate
 from lpxtop.ui.palette import Palette
+from lpxtop.ui.screens import already_shown
 from lpxtop.ui.widgets.agent_panel import AgentPanel
 from lpxtop.ui.widgets.charts import PlotextChart, endpoint_charts
 from lpxtop.ui.widgets.endpoints_table import STATUS_SYMBOLS, error_pct, gap_text, server_ttft_mean_ms
@@ -143,7 +144,7 @@ class DetailScreen(Screen):
 
     def show_snapshot(self, snap: Snapshot) -> None:
         """Render `snap` unless it is the one already shown."""
-        if self._snap is not None and (snap is self._snap or (snap.seq == self._snap.seq and snap.seq != 0)):
+        if already_shown(self._snap, snap):
             return
         self._snap = snap
         if self._mounted:

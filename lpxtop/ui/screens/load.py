@@ -19,6 +19,7 @@ from lpxtop.model.load import LoadState
 from lpxtop.model.snapshot import Snapshot
 from lpxtop.ui.formatting import fmt_duration
 from lpxtop.ui.palette import Palette
+from lpxtop.ui.screens import already_shown
 from lpxtop.ui.screens.help import HelpScreen
 from lpxtop.ui.widgets.alerts_bar import AlertsBar
 from lpxtop.ui.widgets.gpu_panel import GpuPanel
@@ -130,7 +131,7 @@ class LoadScreen(Screen):
             self.show_snapshot(snap)
 
     def show_snapshot(self, snap: Snapshot) -> None:
-        if self._snap is not None and (snap is self._snap or (snap.seq == self._snap.seq and snap.seq != 0)):
+        if already_shown(self._snap, snap):
             return
         self._snap = snap
         if self._mounted_once:
