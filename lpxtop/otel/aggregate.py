@@ -10,7 +10,8 @@ tests/unit/test_otel_aggregate.py holds the bucket counts, sum, min and max to t
 of the same values, with generated inputs.
 
 Bucket rule (the OpenTelemetry metrics data model): bucket i counts values v with
-bounds[i-1] < v <= bounds[i]; the last bucket everything above the last bound.
+bounds[i-1] < v <= bounds[i]; the last bucket everything above the last bound. Negative values are
+refused, as the SDK refuses them for a histogram (it reports a sum); so are NaN and infinities.
 """
 
 from __future__ import annotations
@@ -85,18 +86,19 @@ class Aggregator:
         return state
 
     def record(self, metric: MetricDef, value: float, attrs: Attrs, now_ns: int) -> None:
-        if not math.isfinite(value):
+        if not (0.0 <= value < math.inf):  # also refuses NaN
             return
         with self._lock:
             self._state(metric, attrs, now_ns).record(value)  # type: ignore[union-attr]
 
     def record_many(self, metric: MetricDef, values: Iterable[float], attrs: Attrs, now_ns: int) -> None:
+        kept = [v for v in values if 0.0 <= v < math.inf]
+        if not kept:
+            return
         with self._lock:
-            state = self._state(metric, attrs, now_ns)
-            record = state.record  # type: ignore[union-attr]
-            for value in values:
-                if math.isfinite(value):
-                    record(value)
+            record = self._state(metric, attrs, now_ns).record  # type: ignore[union-attr]
+            for value in kept:
+                record(value)
 
     def add(self, metric: MetricDef, amount: float, attrs: Attrs, now_ns: int) -> None:
         if not math.isfinite(amount) or amount < 0:

@@ -235,13 +235,14 @@ class OtlpPipeline:
         items.extend(queue.popleft() for _ in range(len(queue)))
         now_ns = time.time_ns()
         now = time.time()
+        as_of = self._snapshot.wall_time if self._snapshot is not None else 0.0
         for item in items:
             record = item.sample if isinstance(item, SampleEvent) else item.step if isinstance(
                 item, AgentStepEvent) else item[2]
-            if (not final and record.endpoint not in self._infos and record.endpoint not in self._fixed
-                    and now - record.wall_time < HOLD_S):
-                # no snapshot has shown this endpoint yet (a discovered one, or `once`, which publishes at
-                # the end): its model and server kind come with the snapshot
+            known = record.endpoint in self._fixed or (record.endpoint in self._infos and as_of >= record.wall_time)
+            if not final and not known and now - record.wall_time < HOLD_S:
+                # no snapshot since the request began has shown its endpoint (a discovered one, the model
+                # /v1/models named, or `once`, which publishes at the end): wait for the next one
                 self._held.append(item)
                 continue
             if isinstance(item, SampleEvent):
@@ -414,7 +415,12 @@ class OtlpPipeline:
         self._closed = True
         thread = self._thread
         self._stop.set()
-        if thread is not None:
+        if thread is None:  # never started: the last export here, as the worker would have made it
+            with contextlib.suppress(Exception):
+                self._drain(final=True)
+                self._export_spans(all_batches=True)
+                self._export_metrics()
+        else:
             thread.join(min(timeout, self.settings.timeout_s + 1.0))
             if thread.is_alive():
                 self._shutdown_exporters()  # aborts the exporters' retry waits

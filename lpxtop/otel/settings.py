@@ -31,7 +31,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from lpxtop.config import ConfigError
 from lpxtop.model.endpoint import SECRET_PARAM
-from lpxtop.textsafe import MASK, register_secret
+from lpxtop.textsafe import MASK, register_credential, register_secret
 
 DEFAULT_ENDPOINT = "http://localhost:4318"  # the OTLP/HTTP default port, as the SDK's
 DEFAULT_INTERVAL_S = 10.0  # the SDK's 60 s is too slow for a live tool
@@ -245,7 +245,7 @@ def resolve(
     headers = dict(parse_env_headers(environ.get("OTEL_EXPORTER_OTLP_HEADERS", "")))
     headers.update(values.pop("headers", []))
     for value in headers.values():
-        register_secret(value)
+        register_credential(value)  # every value: a collector's key travels in headers of any name
     values["headers"] = tuple(headers.items())[:MAX_HEADERS]
     if sample is not None:
         values["load_sample" if load else "probe_sample"] = sample
