@@ -347,8 +347,11 @@ def attach_otlp(engine, controller, args: argparse.Namespace):
     if getattr(args, "otlp", None) is None:
         return None
     from lpxtop.otel.cli import start_otlp
+    from lpxtop.otel.measures import EndpointInfo  # no OpenTelemetry import: start_otlp says what is missing
 
-    pipeline = start_otlp(engine, args, None, load=True)
+    target = controller.plan.endpoint
+    pipeline = start_otlp(engine, args, None, load=True, endpoints={target.name: EndpointInfo.of(target)},
+                          request_model=lambda _name: controller.model)
     if pipeline is not None:
         controller.add_sample_listener(pipeline.on_load_sample)
     return pipeline

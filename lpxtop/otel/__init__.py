@@ -9,7 +9,7 @@ cost the dashboard ~0.5 s of start-up otherwise (docs/opentelemetry.md). No Text
 
 - `settings.py`  `--otlp URL`, the `[otlp]` table and the standard OTEL_* variables (no OpenTelemetry import)
 - `semconv.py`   the conventions' names, units, bucket bounds and attribute keys, in both naming modes
-- `aggregate.py` the cumulative histograms and counters (the SDK's per-record cost is 70× this one's)
+- `aggregate.py` the cumulative histograms and counters (the SDK's per-record cost is ~20× this one's)
 - `spans.py`     a probe, an agent step, a load request as spans whose ids are the request's traceparent
 - `measures.py`  what one probe, step or request adds to the metrics; lpxtop's own gauges from a snapshot
 - `pipeline.py`  the listener, the worker thread, the exporters, the counts that say what was lost

@@ -55,9 +55,11 @@ def otlp_settings(args: argparse.Namespace, table: dict | None, *, load: bool = 
                    interval_s=getattr(args, "otlp_interval", None), load=load, where=where)
 
 
-def start_otlp(engine: Any, args: argparse.Namespace, table: dict | None = None, *, load: bool = False) -> Any | None:
+def start_otlp(engine: Any, args: argparse.Namespace, table: dict | None = None, *, load: bool = False,
+               **pipeline_kw: Any) -> Any | None:
     """The pipeline attached to `engine` (before it starts) and running, or None when export is off.
-    ConfigError (exit 2) for a bad URL or table, or when the OpenTelemetry packages are not installed."""
+    ConfigError (exit 2) for a bad URL or table, or when the OpenTelemetry packages are not installed.
+    `pipeline_kw` go to OtlpPipeline (the load test names its target and the model it asks for)."""
     settings = otlp_settings(args, table, load=load)
     if settings is None:
         return None
@@ -65,7 +67,7 @@ def start_otlp(engine: Any, args: argparse.Namespace, table: dict | None = None,
         from lpxtop.otel.pipeline import OtlpPipeline
     except ImportError:
         raise ConfigError(MISSING) from None
-    pipeline = OtlpPipeline(settings)
+    pipeline = OtlpPipeline(settings, **pipeline_kw)
     pipeline.attach(engine)
     pipeline.start()
     return pipeline

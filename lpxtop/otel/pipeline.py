@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -110,6 +111,7 @@ class OtlpPipeline:
         settings: OtlpSettings,
         *,
         endpoints: Mapping[str, EndpointInfo] | None = None,
+        request_model: Callable[[str], str | None] | None = None,
         span_exporter: SpanExporter | None = None,
         metric_exporter: MetricExporter | None = None,
     ) -> None:
@@ -132,7 +134,8 @@ class OtlpPipeline:
         self._pending: list[ReadableSpan] = []
         self._snapshot_fn: Callable[[], Snapshot] | None = None
         self._snapshot: Snapshot | None = None
-        self._fixed = dict(endpoints or {})
+        self._fixed = dict(endpoints or {})  # endpoints known beforehand (the load test's target)
+        self._request_model = request_model  # the model a request asked for, when no snapshot says (load)
         self._infos: dict[str, EndpointInfo] = {}
         self._held: list = []  # records of endpoints no snapshot has shown yet (HOLD_S at most)
         self._stop = threading.Event()
@@ -166,9 +169,7 @@ class OtlpPipeline:
     def start(self) -> None:
         if self._thread is not None or self._closed:
             return
-        logger = logging.getLogger(EXPORTER_LOGGER)
-        logger.addHandler(self._handler)
-        logger.propagate = False  # failures show as the status and an alert, not as lines over the dashboard
+        self._capture_logs()
         self._thread = threading.Thread(target=self._run, name="lpxtop-otlp", daemon=True)
         self._thread.start()
 
@@ -204,11 +205,12 @@ class OtlpPipeline:
                 self._drain(final=stopping)
                 now = time.monotonic()
                 due = stopping or now >= next_export
-                if due or len(self._pending) >= MAX_BATCH:
+                if self.settings.traces and (due or len(self._pending) >= MAX_BATCH):
                     self._export_spans(all_batches=stopping)
                 if due:
                     next_export = now + interval
-                    self._export_metrics()
+                    if self.settings.metrics:
+                        self._export_metrics()
             except Exception as exc:  # noqa: BLE001 - the pipeline must never take lpxtop down
                 log.exception("OTLP pipeline step failed")
                 self.note_error(f"lpxtop's OTLP pipeline: {type(exc).__name__}: {exc}")
@@ -217,12 +219,9 @@ class OtlpPipeline:
                 return
 
     def _endpoint(self, name: str) -> EndpointInfo:
-        info = self._infos.get(name) or self._fixed.get(name)
-        if info is None:
-            snapshot = self._snapshot_fn() if self._snapshot_fn is not None else self._snapshot
-            if snapshot is not None:
-                self._infos = infos_from(snapshot)
-            info = self._infos.get(name) or self._fixed.get(name) or EndpointInfo(name=name)
+        info = self._infos.get(name) or self._fixed.get(name) or EndpointInfo(name=name)
+        if info.request_model is None and self._request_model is not None:
+            info = replace(info, request_model=self._request_model(name))
         return info
 
     def _drain(self, final: bool = False) -> None:
@@ -245,24 +244,26 @@ class OtlpPipeline:
                 # /v1/models named, or `once`, which publishes at the end): wait for the next one
                 self._held.append(item)
                 continue
+            traces = self.settings.traces
             if isinstance(item, SampleEvent):
                 info = self._endpoint(item.endpoint)
                 self.measures.request(item.sample, info, now_ns)
                 ids = parse_ids(item.sample.trace_id, item.sample.span_id) or (new_trace_id(), new_span_id())
-                if self._sampled(ids[0], self._probe_bound):
+                if traces and self._sampled(ids[0], self._probe_bound):
                     self._add_spans([self.spans.request(item.sample, info, "probe", ids)])
             elif isinstance(item, AgentStepEvent):
                 info = self._endpoint(item.endpoint)
                 self.measures.agent_step(item.step, info, now_ns)
-                built = self.spans.agent_step(item.step, info)
-                if self._sampled(built[0].context.trace_id, self._probe_bound, len(built)):
-                    self._add_spans(built)
+                if traces:
+                    built = self.spans.agent_step(item.step, info)
+                    if self._sampled(built[0].context.trace_id, self._probe_bound, len(built)):
+                        self._add_spans(built)
             else:
                 step, phase, sample = item
                 info = self._endpoint(sample.endpoint)
                 self.measures.request(sample, info, now_ns, kind="load")
                 ids = parse_ids(sample.trace_id, sample.span_id) or (new_trace_id(), new_span_id())
-                if self._sampled(ids[0], self._load_bound):
+                if traces and self._sampled(ids[0], self._load_bound):
                     self._add_spans([self.spans.request(sample, info, "load", ids,
                                                         {sc.LOAD_STEP: step, sc.LOAD_PHASE: phase})])
 
@@ -416,10 +417,13 @@ class OtlpPipeline:
         thread = self._thread
         self._stop.set()
         if thread is None:  # never started: the last export here, as the worker would have made it
+            self._capture_logs()
             with contextlib.suppress(Exception):
                 self._drain(final=True)
-                self._export_spans(all_batches=True)
-                self._export_metrics()
+                if self.settings.traces:
+                    self._export_spans(all_batches=True)
+                if self.settings.metrics:
+                    self._export_metrics()
         else:
             thread.join(min(timeout, self.settings.timeout_s + 1.0))
             if thread.is_alive():
@@ -432,6 +436,14 @@ class OtlpPipeline:
         logger.removeHandler(self._handler)
         if not any(isinstance(h, _LastError) for h in logger.handlers):
             logger.propagate = True
+
+    def _capture_logs(self) -> None:
+        """The exporters' log lines become `last_error`: failures show as the status and an alert, not as lines
+        printed over the dashboard."""
+        logger = logging.getLogger(EXPORTER_LOGGER)
+        if self._handler not in logger.handlers:
+            logger.addHandler(self._handler)
+        logger.propagate = False
 
     def _shutdown_exporters(self) -> None:
         if self._exporters_shut:

@@ -10,6 +10,8 @@ interval = 10                        # seconds between exports (metrics and span
 timeout = 10                         # seconds one export may take, its retries included
 sample = 1.0                         # share of probes and agent steps traced (metrics always take every one)
 load_sample = 0.01                   # share of `lpxtop load` requests traced
+traces = true                        # false: no spans (OTEL_TRACES_EXPORTER=none does the same)
+metrics = true                       # false: no metrics (OTEL_METRICS_EXPORTER=none), e.g. for Jaeger alone
 ```
 
 Export is on when `--otlp URL` is given or the file has an `[otlp]` table with an `endpoint` (or
@@ -18,7 +20,8 @@ Export is on when `--otlp URL` is given or the file has an `[otlp]` table with a
 that variable is set: a tool that starts sending by itself on a shared server sends what no one asked for.
 `OTEL_EXPORTER_OTLP_HEADERS` adds headers (the table's win), `OTEL_SERVICE_NAME` and
 `OTEL_RESOURCE_ATTRIBUTES` name the resource, `OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`
-switches to the GenAI conventions' newest names (lpxtop/otel/semconv.py).
+switches to the GenAI conventions' newest names (lpxtop/otel/semconv.py), `OTEL_TRACES_EXPORTER=none` or
+`OTEL_METRICS_EXPORTER=none` leaves one signal out (a backend that takes only spans, as Jaeger).
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ MAX_HEADERS = 32
 OPT_IN_VAR = "OTEL_SEMCONV_STABILITY_OPT_IN"
 OPT_IN_LATEST = "gen_ai_latest_experimental"
 
-OTLP_KEYS = ("enabled", "endpoint", "headers", "service_name", "interval", "timeout", "sample", "load_sample")
+OTLP_KEYS = ("enabled", "endpoint", "headers", "service_name", "interval", "timeout", "sample", "load_sample",
+             "traces", "metrics")
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,8 @@ class OtlpSettings:
     probe_sample: float = DEFAULT_PROBE_SAMPLE
     load_sample: float = DEFAULT_LOAD_SAMPLE
     latest_names: bool = False  # OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental
+    traces: bool = True  # send spans (off: OTEL_TRACES_EXPORTER=none or [otlp] traces = false)
+    metrics: bool = True  # send metrics (off: OTEL_METRICS_EXPORTER=none or [otlp] metrics = false)
 
     @property
     def traces_url(self) -> str:
@@ -184,10 +190,10 @@ def _table_values(table: Mapping[str, object]) -> dict:
     for key, value in table.items():
         if key not in OTLP_KEYS:
             raise ConfigError(f"unknown key {key!r} (known keys: {', '.join(OTLP_KEYS)})")
-        if key == "enabled":
+        if key in ("enabled", "traces", "metrics"):
             if not isinstance(value, bool):
-                raise ConfigError("key 'enabled' must be true or false")
-            values["enabled"] = value
+                raise ConfigError(f"key '{key}' must be true or false")
+            values[key] = value
         elif key == "endpoint":
             if not isinstance(value, str):
                 raise ConfigError("key 'endpoint' must be a string like \"http://127.0.0.1:4318\"")
@@ -252,4 +258,10 @@ def resolve(
     if interval_s is not None:
         values["interval_s"] = interval_s
     values["latest_names"] = latest_names_opted_in(environ)
+    for signal in ("traces", "metrics"):
+        if environ.get(f"OTEL_{signal.upper()}_EXPORTER", "").strip().lower() == "none":
+            values[signal] = False
+    if not values.get("traces", True) and not values.get("metrics", True):
+        raise ConfigError(f"{where}: both traces and metrics are turned off (OTEL_TRACES_EXPORTER / "
+                          "OTEL_METRICS_EXPORTER = none, or traces/metrics = false): drop --otlp instead")
     return OtlpSettings(**values)

@@ -285,8 +285,20 @@ def test_load_requests_are_sampled_into_spans_and_all_counted_in_metrics(tmp_pat
         metrics = rec.metrics()
     assert result.returncode == 0, result.stderr
     assert spans and all(attrs(s.attributes)[sc.REQUEST_KIND] == "load" for s in spans)
+    assert {s.name for s in spans} == {"chat sim-load"}  # the model the test asked for, found by GET /models
     assert {attrs(s.attributes)[sc.LOAD_PHASE] for s in spans} >= {"measured"}
     assert all(attrs(s.attributes)[sc.LOAD_STEP] == 0 for s in spans)
     counted = sum(p.count for p in metrics["gen_ai.client.operation.duration"].histogram.data_points)
     assert counted == len(spans)  # --otlp-sample 1: every request traced, and every one counted
     assert "OpenTelemetry:" in result.stderr
+
+
+@pytest.mark.parametrize("command", [None, "demo", "once", "record", "exporter", "load"])
+def test_every_command_that_measures_takes_the_otlp_flags(command):
+    from lpxtop.cli import build_parser
+
+    parser = build_parser(command)
+    argv = ([] if command != "load" else ["127.0.0.1:1"]) + ["--otlp", "http://127.0.0.1:4318", "--otlp-sample",
+                                                             "5%", "--otlp-interval", "2"]
+    args = parser.parse_args(argv)
+    assert (args.otlp, args.otlp_sample, args.otlp_interval) == ("http://127.0.0.1:4318", 0.05, 2.0)

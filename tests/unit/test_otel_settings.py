@@ -120,3 +120,12 @@ def test_nothing_that_parses_the_flags_imports_opentelemetry():
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr[-500:]
+
+
+def test_one_signal_can_be_left_out_but_not_both():
+    s = resolve("http://c:4318", {"metrics": False}, environ={})
+    assert (s.traces, s.metrics) == (True, False)
+    s = resolve("http://c:4318", {}, environ={"OTEL_TRACES_EXPORTER": "none"})
+    assert (s.traces, s.metrics) == (False, True)
+    with pytest.raises(ConfigError, match="both traces and metrics"):
+        resolve("http://c:4318", {"metrics": False}, environ={"OTEL_TRACES_EXPORTER": "none"})
