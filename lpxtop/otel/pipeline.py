@@ -81,7 +81,10 @@ def ratio_bound(share: float) -> int:
 
 
 class _LastError(logging.Handler):
-    """Keeps the exporters' newest warning or error (why an export failed) for the status."""
+    """Keeps the exporters' own warnings and errors (a batch too large, one that cannot be encoded) for the
+    status; why a request failed comes from the session (`_WatchedSession`), which knows it exactly."""
+
+    _KNOWN = ("transient error", "failed to export", "already shutdown", "shutdown in progress")
 
     def __init__(self, pipeline: OtlpPipeline) -> None:
         super().__init__(logging.WARNING)
@@ -89,14 +92,41 @@ class _LastError(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         with contextlib.suppress(Exception):
-            self.pipeline.note_error(record.getMessage())
+            msg = str(record.msg).lower()
+            if not any(known in msg for known in self._KNOWN):
+                self.pipeline.note_error(record.getMessage())
 
 
-def _session_for(url: str):
-    """A requests session for an exporter: loopback backends bypass the environment's proxy settings."""
+def short_reason(text: str) -> str:
+    """A connection error's gist ("connection refused"), not requests' whole chain of causes."""
+    lowered = text.lower()
+    for needle, gist in (("connection refused", "connection refused"), ("timed out", "timed out"),
+                         ("name or service not known", "host not found"), ("failed to resolve", "host not found"),
+                         ("nodename nor servname", "host not found"), ("certificate verify failed", "TLS certificate"),
+                         ("connection reset", "connection reset"), ("remotedisconnected", "connection closed"),
+                         ("connection aborted", "connection closed")):
+        if needle in lowered:
+            return gist
+    return text
+
+
+def _session_for(url: str, on_error: Callable[[str], None]):
+    """A requests session for an exporter that says why a request failed, the reason first (an alert on an
+    80-column screen shows its first words); loopback backends bypass the environment's proxy settings."""
     import requests
 
-    session = requests.Session()
+    class _WatchedSession(requests.Session):
+        def request(self, *args: Any, **kwargs: Any):  # the transport's (and older exporters' post()) way in
+            try:
+                response = super().request(*args, **kwargs)
+            except Exception as exc:
+                on_error(short_reason(str(exc)))
+                raise
+            if response.status_code >= 400:
+                on_error(f"HTTP {response.status_code} {response.reason or ''}".strip())
+            return response
+
+    session = _WatchedSession()
     if is_loopback(urlsplit(url).hostname or ""):
         session.trust_env = False
     return session
@@ -124,10 +154,10 @@ class OtlpPipeline:
         self.measures = Measures(self.aggregator, latest=settings.latest_names)
         self.span_exporter = span_exporter or OTLPSpanExporter(
             endpoint=settings.traces_url, headers=settings.header_dict, timeout=settings.timeout_s,
-            session=_session_for(settings.traces_url))
+            session=_session_for(settings.traces_url, self._request_failed))
         self.metric_exporter = metric_exporter or OTLPMetricExporter(
             endpoint=settings.metrics_url, headers=settings.header_dict, timeout=settings.timeout_s,
-            session=_session_for(settings.metrics_url))
+            session=_session_for(settings.metrics_url, self._request_failed))
         self._probe_bound = ratio_bound(settings.probe_sample)
         self._load_bound = ratio_bound(settings.load_sample)
         self._queue: collections.deque = collections.deque()
@@ -363,6 +393,10 @@ class OtlpPipeline:
         return data_all, points
 
     # ---- status ----
+
+    def _request_failed(self, reason: str) -> None:
+        if not self._exporters_shut:  # once lpxtop cuts the exporters off at exit, their errors are its own doing
+            self.note_error(reason)
 
     def note_error(self, text: str) -> None:
         self.last_error = (textsafe.scrub(text) or "")[:MAX_ERROR_CHARS]
