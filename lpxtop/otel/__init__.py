@@ -5,7 +5,8 @@ Nothing here runs on the probe loop: the engine's listener (and the load generat
 bounded queue; a worker thread of its own turns what was measured into metric points and spans and
 exports them. A backend that is down, slow or refusing costs queued items, counted, never a probe's time.
 The OpenTelemetry packages (`pip install 'lpxtop[otel]'`) are imported only when `--otlp` is given: they
-cost the dashboard ~0.5 s of start-up otherwise (docs/opentelemetry.md). No Textual, no Rich.
+would cost every dashboard ~0.8 s of start-up on the project's 2-core box (docs/opentelemetry.md). No
+Textual, no Rich.
 
 - `settings.py`  `--otlp URL`, the `[otlp]` table and the standard OTEL_* variables (no OpenTelemetry import)
 - `semconv.py`   the conventions' names, units, bucket bounds and attribute keys, in both naming modes
