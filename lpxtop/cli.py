@@ -208,6 +208,12 @@ def _add_record_flags(parser: argparse.ArgumentParser) -> None:
     add_retention_flags(g)
 
 
+def _add_otlp_flags(parser: argparse.ArgumentParser) -> None:
+    from lpxtop.otel.cli import add_otlp_flags
+
+    add_otlp_flags(parser)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser for the dashboard (command None) or for one subcommand."""
     fmt = argparse.RawDescriptionHelpFormatter
@@ -228,6 +234,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         _add_endpoint_flags(parser)
         _add_ui_flags(parser)
         _add_record_flags(parser)
+        _add_otlp_flags(parser)
         return parser
     if command == "once":
         parser = argparse.ArgumentParser(
@@ -248,6 +255,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         parser.add_argument("--record", metavar="FILE",
                             help="also record the probes and readings to FILE (lpxtop replay/export read it)")
         _add_endpoint_flags(parser)
+        _add_otlp_flags(parser)
         return parser
     if command == "demo":
         parser = argparse.ArgumentParser(
@@ -263,6 +271,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                             help="mean seconds between probes (default 1)")
         _add_ui_flags(parser)
         _add_record_flags(parser)
+        _add_otlp_flags(parser)
         return parser
     if command in PACKAGE_SUBCOMMANDS:
         return importlib.import_module(PACKAGE_SUBCOMMANDS[command]).build_parser(command)
@@ -390,6 +399,7 @@ def _run_once(args: argparse.Namespace) -> int:
     engine = _engine_for(args, file_config)
     # as the dashboard does: a thread that wakes with bytes to stamp waits ~1 ms for the lock, not 5
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    otlp = _otlp_for(engine, args, file_config)
     recorder = None
     if args.record:
         from lpxtop.record.recorder import Recorder
@@ -398,6 +408,7 @@ def _run_once(args: argparse.Namespace) -> int:
         try:
             recorder = Recorder.start_for(engine, args.record, endpoints=file_config.endpoints, strict=True)
         except RecordingError as exc:
+            _stop_otlp(otlp, quiet=True)
             raise ConfigError(str(exc)) from None
     try:
         snapshot = engine.collect_once(samples=args.samples, timeout_s=args.deadline, interval_s=args.interval)
@@ -406,14 +417,17 @@ def _run_once(args: argparse.Namespace) -> int:
             recorder.close()
             if recorder.failure is not None:
                 print(f"lpxtop: recording stopped: {recorder.failure}", file=sys.stderr)
+        _stop_otlp(otlp)
+    data = snapshot.to_json()
+    data["otlp"] = otlp.status() if otlp is not None else None  # what OpenTelemetry export sent and lost
     if not snapshot.endpoints:
         message = "no endpoint given and none found on this machine: pass a URL (lpxtop once 127.0.0.1:8000)"
         if args.json:
-            print(dumps(snapshot.to_json(), indent=2))
+            print(dumps(data, indent=2))
         print(f"lpxtop: {message}", file=sys.stderr)
         return 2
     if args.json:
-        print(dumps(snapshot.to_json(), indent=2))
+        print(dumps(data, indent=2))
     else:
         print(render_table(snapshot))
     return exit_status(snapshot)
@@ -422,6 +436,7 @@ def _run_once(args: argparse.Namespace) -> int:
 def _run_dashboard(args: argparse.Namespace) -> int:
     file_config = _load(args)
     engine = _engine_for(args, file_config)
+    otlp = _otlp_for(engine, args, file_config)
     recorder = _start_recording(engine, args, file_config.record, file_config.endpoints)
     exporter = _exporter_for(args, engine, file_config.exporter)
     try:
@@ -430,12 +445,14 @@ def _run_dashboard(args: argparse.Namespace) -> int:
         _stop_recording(recorder)
         if exporter is not None:
             exporter.stop()
+        _stop_otlp(otlp)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
     from lpxtop.demo import start_demo
 
     with start_demo(interval_s=args.interval, surge=args.surge, readonly=args.readonly) as engine:
+        otlp = _otlp_for(engine, args, None)
         recorder = _start_recording(engine, args, {}, ())
         exporter = _exporter_for(args, engine, {})
         try:
@@ -444,6 +461,24 @@ def _run_demo(args: argparse.Namespace) -> int:
             _stop_recording(recorder)
             if exporter is not None:
                 exporter.stop()
+            _stop_otlp(otlp)
+
+
+def _otlp_for(engine, args: argparse.Namespace, file_config: FileConfig | None):
+    """With --otlp (or an [otlp] table): the OpenTelemetry pipeline beside the engine, attached before it starts
+    (lpxtop/otel). The OpenTelemetry packages are imported only then."""
+    if getattr(args, "otlp", None) is None and not (file_config is not None and file_config.otlp):
+        return None
+    from lpxtop.otel.cli import start_otlp
+
+    return start_otlp(engine, args, file_config.otlp if file_config is not None else None)
+
+
+def _stop_otlp(otlp, quiet: bool = False) -> None:
+    if otlp is not None:
+        from lpxtop.otel.cli import stop_otlp
+
+        stop_otlp(otlp, quiet=quiet)
 
 
 def _exporter_for(args: argparse.Namespace, engine, table: dict):

@@ -58,6 +58,20 @@ def register_secret(value: str | None) -> None:
         _secrets = secrets
 
 
+_AUTH_SCHEMES = frozenset(("bearer", "basic", "token", "apikey", "api-key", "key"))
+
+
+def register_credential(value: str | None) -> None:
+    """A header value sent as a credential: registered whole, and the credential after a scheme such as
+    "Bearer" on its own (a server may echo either)."""
+    if not value:
+        return
+    register_secret(value)
+    scheme, _, credential = value.strip().partition(" ")
+    if credential and scheme.lower() in _AUTH_SCHEMES:
+        register_secret(credential.strip())
+
+
 def redact(text: str) -> str:
     """`text` with every registered secret and every bearer-like credential masked."""
     pattern = _secrets_pattern

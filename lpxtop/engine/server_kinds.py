@@ -10,7 +10,7 @@ from lpxtop.engine.metric_names import KINDS, KindNames
 from lpxtop.engine.server_exposition import Exposition
 from lpxtop.engine.server_ollama import looks_like_ps
 from lpxtop.model.endpoint import EndpointConfig
-from lpxtop.textsafe import register_secret
+from lpxtop.textsafe import register_credential, register_secret
 
 PROBE_TIMEOUT = 3.0
 
@@ -63,7 +63,6 @@ async def probe_kind(client: HttpClient, endpoint: EndpointConfig) -> str | None
 _PLAIN_HEADERS = frozenset(
     ("accept", "accept-encoding", "accept-language", "cache-control", "connection", "content-type", "user-agent")
 )
-_AUTH_SCHEMES = frozenset(("bearer", "basic", "token", "apikey", "api-key", "key"))
 
 
 def auth_headers(endpoint: EndpointConfig) -> dict[str, str]:
@@ -76,10 +75,7 @@ def auth_headers(endpoint: EndpointConfig) -> dict[str, str]:
     headers = dict(endpoint.headers)
     for name, value in headers.items():
         if name.lower() not in _PLAIN_HEADERS:
-            register_secret(value)
-            scheme, _, credential = value.strip().partition(" ")
-            if credential and scheme.lower() in _AUTH_SCHEMES:
-                register_secret(credential.strip())
+            register_credential(value)
     key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
     if key:
         register_secret(key)

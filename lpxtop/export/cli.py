@@ -58,6 +58,9 @@ def build_parser(command: str) -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_endpoint_flags(parser)
     add_exporter_flags(parser, with_listen=True)
+    from lpxtop.otel.cli import add_otlp_flags
+
+    add_otlp_flags(parser)
     return parser
 
 
@@ -110,12 +113,17 @@ def start_exporter(engine, settings):
 
 
 def run(command: str, args: argparse.Namespace) -> int:
-    from lpxtop.cli import _engine_for, _load
+    from lpxtop.cli import _engine_for, _load, _otlp_for, _stop_otlp
 
     file_config = _load(args)
     settings = exporter_settings(args, file_config.exporter, args.config, args.listen)
     engine = _engine_for(args, file_config)
-    exporter = start_exporter(engine, settings)
+    otlp = _otlp_for(engine, args, file_config)
+    try:
+        exporter = start_exporter(engine, settings)
+    except ConfigError:
+        _stop_otlp(otlp, quiet=True)
+        raise
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -130,4 +138,5 @@ def run(command: str, args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
         exporter.stop()
         engine.stop()
+        _stop_otlp(otlp)
     return 0

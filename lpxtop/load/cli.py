@@ -146,6 +146,9 @@ def build_parser(command: str) -> argparse.ArgumentParser:
 
     add_retention_flags(out)
     _add_ui_flags(parser)
+    from lpxtop.otel.cli import add_otlp_flags
+
+    add_otlp_flags(parser, load=True)
     return parser
 
 
@@ -338,6 +341,22 @@ def build_load_engine(plan: LoadPlan, *, ui: bool, scrape: bool, readings: bool 
                   scraper_factory=lambda config: ServerScraper(config, window_s=settings.window_s), **parts)
 
 
+def attach_otlp(engine, controller, args: argparse.Namespace):
+    """With --otlp: OpenTelemetry export of the engine's readings and of the load's requests (sampled by
+    --otlp-sample, 1 % by default: docs/opentelemetry.md says why), attached before anything starts."""
+    if getattr(args, "otlp", None) is None:
+        return None
+    from lpxtop.otel.cli import start_otlp
+    from lpxtop.otel.measures import EndpointInfo  # no OpenTelemetry import: start_otlp says what is missing
+
+    target = controller.plan.endpoint
+    pipeline = start_otlp(engine, args, None, load=True, endpoints={target.name: EndpointInfo.of(target)},
+                          request_model=lambda _name: controller.model)
+    if pipeline is not None:
+        controller.add_sample_listener(pipeline.on_load_sample)
+    return pipeline
+
+
 def attach_recorder(engine, controller, args: argparse.Namespace):
     """`lpxtop load` records every run unless --no-record (lpxtop/load/recording.py says what the file holds);
     the recorder, attached before the engine starts, or None."""
@@ -356,6 +375,11 @@ def _run_test(plan: LoadPlan, args: argparse.Namespace, requests_out) -> int:
     watch = ServerWatch(plan.endpoint.name, plan.endpoint.effective_metrics_url if scrape else None, plan.endpoint.model)
     engine.add_listener(watch.on_engine_event)
     controller = LoadController(plan, server_watch=watch, requests_out=requests_out or None)
+    try:
+        otlp = attach_otlp(engine, controller, args)
+    except ConfigError as exc:
+        print(f"lpxtop load: {exc}", file=sys.stderr)
+        return 2
     recorder = attach_recorder(engine, controller, args)
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # a thread holding the interpreter lock delays a timestamp at most ~1 ms
     interrupted = False
@@ -372,6 +396,10 @@ def _run_test(plan: LoadPlan, args: argparse.Namespace, requests_out) -> int:
         controller.wait(STOP_WAIT_S)
         engine.stop()
         record_path = finish_recording(recorder)
+        if otlp is not None:
+            from lpxtop.otel.cli import stop_otlp
+
+            stop_otlp(otlp, prog="lpxtop load")
     if recorder is not None and recorder.failure is not None:
         print(f"lpxtop load: recording stopped: {recorder.failure}", file=sys.stderr)
     return _report(plan, controller, args, interrupted, str(record_path) if record_path else None, watch)

@@ -87,6 +87,7 @@ class LoadController:
         self._done = threading.Event()
         self._marks: list[MarkListener] = []
         self._request_listeners: list[Callable[[int, RequestRecord], None]] = []
+        self._sample_listeners: list[Callable[[int, str, Sample], None]] = []
         self._changed: list[Callable[[LoadState], None]] = []
 
     # ---- any thread ----
@@ -103,6 +104,11 @@ class LoadController:
         """`listener(step_index, record)` for every finished request (warm-up and drain ones too; see
         `record.phase`), on the load loop: return at once (append to a list, put on a queue)."""
         self._request_listeners.append(listener)
+
+    def add_sample_listener(self, listener: Callable[[int, str, Sample], None]) -> None:
+        """`listener(step_index, phase, sample)` for every request that ran to an outcome, with its whole
+        measurement (OpenTelemetry export, lpxtop/otel), on the load loop: return at once."""
+        self._sample_listeners.append(listener)
 
     def on_state(self, listener: Callable[[LoadState], None]) -> None:
         """Called with every published state (on the load loop: return at once)."""
@@ -381,6 +387,7 @@ class LoadController:
         out = self.requests_out
         mode = self.plan.mode
         listeners = self._request_listeners
+        sample_listeners = self._sample_listeners
 
         def handle(record: RequestRecord, sample: Sample | None) -> None:
             if out is not None:
@@ -394,6 +401,13 @@ class LoadController:
                 except Exception:  # noqa: BLE001
                     log.exception("request listener failed; dropped")
                     listeners.remove(listener)
+            if sample is not None:
+                for sample_listener in tuple(sample_listeners):
+                    try:
+                        sample_listener(index, record.phase, sample)
+                    except Exception:  # noqa: BLE001
+                        log.exception("sample listener failed; dropped")
+                        sample_listeners.remove(sample_listener)
 
         return handle
 

@@ -90,6 +90,11 @@ class Sample:
     # lpxtop's own wait for a free connection of its pool before sending (not in TTFT); None: no request got a slot
     pool_wait_ms: float | None = None
     redirected_to: str | None = None  # the final URL when the server redirected the probe (query string left out)
+    # The W3C trace context the request was sent with (32 and 16 lowercase hex digits), and time.time_ns()
+    # just before it was sent: what an OpenTelemetry span of this request carries (lpxtop/otel).
+    trace_id: str | None = None
+    span_id: str | None = None
+    sent_wall_ns: int | None = None
 
     @property
     def itl_ms(self) -> tuple[float, ...]:

@@ -72,11 +72,14 @@ def _record_parser() -> argparse.ArgumentParser:
     g.add_argument("-q", "--quiet", action="store_true", help="print only the file's path")
     add_retention_flags(g)
     _add_endpoint_flags(parser)
+    from lpxtop.otel.cli import add_otlp_flags
+
+    add_otlp_flags(parser)
     return parser
 
 
 def _run_record(args: argparse.Namespace) -> int:
-    from lpxtop.cli import _engine_for, _load
+    from lpxtop.cli import _engine_for, _load, _otlp_for, _stop_otlp
     from lpxtop.record.recorder import Recorder
     from lpxtop.record.retention import format_size, parse_duration
     from lpxtop.record.settings import resolve
@@ -86,8 +89,13 @@ def _run_record(args: argparse.Namespace) -> int:
     settings = resolve(args, file_config.record, enabled=True, path=args.out)
     engine = _engine_for(args, file_config)
     path = settings.target()
-    recorder = Recorder.start_for(engine, path, endpoints=file_config.endpoints, retention=settings.retention,
-                                  clean_dir=settings.cleans_directory, strict=True, meta={"command": "record"})
+    otlp = _otlp_for(engine, args, file_config)
+    try:
+        recorder = Recorder.start_for(engine, path, endpoints=file_config.endpoints, retention=settings.retention,
+                                      clean_dir=settings.cleans_directory, strict=True, meta={"command": "record"})
+    except Exception:
+        _stop_otlp(otlp, quiet=True)
+        raise
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     if not args.quiet:
@@ -108,6 +116,7 @@ def _run_record(args: argparse.Namespace) -> int:
     finally:
         engine.stop()
         recorder.close()
+        _stop_otlp(otlp, quiet=args.quiet)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if recorder.failure is not None:

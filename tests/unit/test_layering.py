@@ -39,6 +39,8 @@ HEADLESS_MODULES = [
     "lpxtop.load.source",
     "lpxtop.load.report",
     "lpxtop.load.recording",
+    "lpxtop.otel.cli",
+    "lpxtop.otel.pipeline",  # also spans, measures, aggregate, semconv, settings
 ]
 
 
@@ -54,7 +56,7 @@ def test_module_does_not_import_textual_or_rich(module):
     assert result.returncode == 0, f"{module} pulled in: {result.stdout.strip()} {result.stderr[-500:]}"
 
 
-@pytest.mark.parametrize("package", ["lpxtop.engine", "lpxtop.export", "lpxtop.fleet", "lpxtop.record"])
+@pytest.mark.parametrize("package", ["lpxtop.engine", "lpxtop.export", "lpxtop.fleet", "lpxtop.record", "lpxtop.otel"])
 def test_whole_headless_package_has_no_textual_import_statement(package):
     import importlib
     from pathlib import Path
