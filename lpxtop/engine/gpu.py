@@ -321,36 +321,42 @@ class GpuCollector:
         return list(entries) if isinstance(entries, Iterable) else []
 
     def _join_processes(self, devices: list[GpuDevice], endpoint_pids: Mapping[int, str]) -> list[GpuDevice]:
-        infos: dict[int, ProcessInfo] = {}
-        endpoints: dict[int, str | None] = {}
-
-        def join(proc: GpuProcess) -> GpuProcess:
-            if proc.pid not in infos:
-                infos[proc.pid] = describe_process(proc.pid)
-                endpoints[proc.pid] = endpoint_of(proc.pid, endpoint_pids)
-            info = infos[proc.pid]
-            return GpuProcess(
-                pid=proc.pid,
-                name=info.name,
-                used_bytes=proc.used_bytes,
-                user=info.user,
-                cmdline=info.cmdline,
-                endpoint=endpoints[proc.pid],
-                kind=proc.kind,
-            )
-
-        def join_device(dev: GpuDevice) -> GpuDevice:
-            return replace(
-                dev,
-                processes=tuple(join(p) for p in dev.processes),
-                mig_devices=tuple(join_device(m) for m in dev.mig_devices),
-            )
-
-        return [join_device(d) for d in devices]
+        return join_processes(devices, endpoint_pids)
 
     def close(self) -> None:
         """Shut NVML down; safe to call twice."""
         self._nvml.close()
+
+
+def join_processes(devices: Iterable[GpuDevice], endpoint_pids: Mapping[int, str]) -> list[GpuDevice]:
+    """Each device's processes (MIG devices' too) joined to psutil (name, user, command line) and to the
+    endpoint whose server is the process or an ancestor of it; every vendor's devices alike."""
+    infos: dict[int, ProcessInfo] = {}
+    endpoints: dict[int, str | None] = {}
+
+    def join(proc: GpuProcess) -> GpuProcess:
+        if proc.pid not in infos:
+            infos[proc.pid] = describe_process(proc.pid)
+            endpoints[proc.pid] = endpoint_of(proc.pid, endpoint_pids)
+        info = infos[proc.pid]
+        return GpuProcess(
+            pid=proc.pid,
+            name=info.name,
+            used_bytes=proc.used_bytes,
+            user=info.user,
+            cmdline=info.cmdline,
+            endpoint=endpoints[proc.pid],
+            kind=proc.kind,
+        )
+
+    def join_device(dev: GpuDevice) -> GpuDevice:
+        return replace(
+            dev,
+            processes=tuple(join(p) for p in dev.processes),
+            mig_devices=tuple(join_device(m) for m in dev.mig_devices),
+        )
+
+    return [join_device(d) for d in devices]
 
 
 def _identity(fields: dict) -> dict:

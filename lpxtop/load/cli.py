@@ -330,10 +330,10 @@ def build_load_engine(plan: LoadPlan, *, ui: bool, scrape: bool, readings: bool 
     settings = EngineSettings(probes=False, scrape_metrics=scrape)
     parts: dict = {}
     if readings:
-        from lpxtop.engine.gpu import GpuCollector
+        from lpxtop.engine.accel.collector import AcceleratorCollector
         from lpxtop.engine.host import HostCollector
 
-        parts = {"gpu": GpuCollector(), "host": HostCollector()}
+        parts = {"gpu": AcceleratorCollector(), "host": HostCollector()}
     return Engine([plan.endpoint], settings,
                   scraper_factory=lambda config: ServerScraper(config, window_s=settings.window_s), **parts)
 
