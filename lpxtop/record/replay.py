@@ -24,6 +24,7 @@ from lpxtop.engine.stats import EndpointWindow, server_kind
 from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.engine.accel.energy import EnergyMeter
 from lpxtop.model.events import AlertsEvent, ControlEvent, GpuEvent, SampleEvent, ScrapeEvent, SystemEvent
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.host import HostSnapshot
@@ -104,6 +105,7 @@ class ReplayState:
         self.template = self.defaults
         self.seq = 0  # the last event applied
         self.t: float | None = None  # the moment the state stands at
+        self.energy = EnergyMeter()  # as the engine's: fed the snapshots in time order
 
     def restore(self, after_seq: int, t: float, keyframe: Snapshot) -> None:
         """Start from a keyframe: counters and last readings as published then, windows empty."""
@@ -177,7 +179,7 @@ class ReplayState:
         interval = self.interval_s
         if interval is None:
             interval = min((ep.config.interval_s for ep in self.endpoints.values() if ep.known), default=2.0)
-        return replace(
+        return self.energy.apply(replace(
             self.template,
             wall_time=now,
             paused=self.paused,
@@ -189,7 +191,7 @@ class ReplayState:
             leftovers=self.leftovers,
             alerts=self.alerts,
             seq=seq,
-        )
+        ))
 
 
 @dataclass(frozen=True)
