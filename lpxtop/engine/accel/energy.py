@@ -137,7 +137,7 @@ class EnergyMeter:
         if not devices or not snapshot.endpoints:
             return {}
         now = snapshot.wall_time
-        ties = {v.name: _gpus_of(v, snapshot) for v in snapshot.endpoints}
+        ties = {v.name: gpus_of_endpoint(v, snapshot) for v in snapshot.endpoints}
         basis = {name: "processes" for name, keys in ties.items() if keys}
         if len(snapshot.endpoints) == 1 and not ties[snapshot.endpoints[0].name]:
             only = snapshot.endpoints[0].name
@@ -233,8 +233,9 @@ def _no_tokens(name: str, snapshot: Snapshot) -> str:
     return f"{name}: its server has no generated-token counter on /metrics"
 
 
-def _gpus_of(view: EndpointView, snapshot: Snapshot) -> set[str]:
-    """Keys of the (physical) GPUs holding a process of this endpoint's server."""
+def gpus_of_endpoint(view: EndpointView, snapshot: Snapshot) -> set[str]:
+    """Keys of the (physical) GPUs holding a process of this endpoint's server: a process the port check
+    tied to it (`GpuProcess.endpoint`: its port's process or a descendant) or the PID holding its port."""
     pids = {p.pid for p in snapshot.ports if p.endpoint == view.name and p.pid is not None}
     keys: set[str] = set()
     for dev in snapshot.gpu.devices:
