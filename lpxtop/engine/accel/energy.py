@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import replace
 
 from lpxtop.model.energy import EndpointEnergy
-from lpxtop.model.gpu import GpuDevice
+from lpxtop.model.gpu import GpuDevice, GpuSnapshot
 from lpxtop.model.snapshot import EndpointView, Snapshot
 
 WINDOW_S = 60.0
@@ -269,3 +269,43 @@ def _groups(ties: dict[str, set[str]]) -> list[tuple[list[str], set[str]]]:
 def _key_order(key: str) -> tuple[int, str]:
     digits = "".join(c for c in key if c.isdigit())
     return (int(digits) if digits else 0, key)
+
+
+def energy_between(readings: list[GpuSnapshot], t0: float, t1: float, endpoint: str
+                   ) -> tuple[float | None, tuple[str, ...], str | None, str | None, str | None]:
+    """(joules, GPU keys, basis, source, reason) the GPUs serving `endpoint` used from `t0` to `t1` (wall
+    clock), from GPU readings in time order (a load step's window: `lpxtop load` has one endpoint, so
+    without a tie every GPU counts). None joules come with the reason."""
+    ok = [g for g in readings if g.ok and g.collected_at is not None and g.devices]
+    if not ok:
+        return None, (), None, None, "no GPU readings"
+    latest = ok[-1]
+    keys = {d.key for d in latest.devices
+            if any(p.endpoint == endpoint for m in (d, *d.mig_devices) for p in m.processes)}
+    basis = "processes"
+    if not keys:
+        keys, basis = {d.key for d in latest.devices}, "only_endpoint"
+    gpus: dict[str, _Gpu] = {}
+    for g in ok:
+        for dev in g.devices:
+            if dev.key not in keys:
+                continue
+            state = gpus.get(dev.key)
+            if state is None or state.uuid != dev.uuid:
+                state = gpus[dev.key] = _Gpu(dev.uuid, keep_s=float("inf"))
+            if dev.energy_j is not None:
+                state.counter.add(g.collected_at, dev.energy_j)
+            if dev.power_w is not None:
+                state.power.add_power(g.collected_at, dev.power_w)
+    names = tuple(sorted(keys, key=_key_order))
+    total, sources = 0.0, set()
+    for key in names:
+        series, source = gpus[key].series() if key in gpus else (None, None)
+        if series is None or source is None:
+            return None, names, basis, None, f"{key} reports neither an energy counter nor its power draw"
+        a, b = series.at(t0), series.at(t1)
+        if a is None or b is None:
+            return None, names, basis, source, f"{key}: no reading before and after the window (or its counter reset)"
+        total += max(0.0, b - a)
+        sources.add(source)
+    return total, names, basis, "counter+power" if len(sources) > 1 else next(iter(sources), None), None
