@@ -740,6 +740,7 @@ class Engine:
         if metrics.status != "ok" and (state.server is None or state.server.status != metrics.status):
             log.info("metrics of %s: %s", state.config.name, metrics.status)
         state.server = metrics
+        self._energy.add_scrape(state.config.name, metrics)
         now = time.time()
         if metrics.status == "ok":
             state.window.add_server_point(metrics, now)
@@ -764,6 +765,7 @@ class Engine:
                 self._gpu_snapshot = await asyncio.to_thread(self._gpu.collect, self._endpoint_pids())
         except Exception as exc:  # noqa: BLE001
             self._gpu_snapshot = GpuSnapshot(status=f"unavailable: {type(exc).__name__}: {exc}")
+        self._energy.add_gpu(self._gpu_snapshot)
         # "unavailable" every second is no news: do not make readers redraw for it
         if self._gpu_snapshot.devices or previous.devices or self._gpu_snapshot.status != previous.status:
             self._dirty = True

@@ -148,10 +148,12 @@ class ReplayState:
         elif kind is ScrapeEvent:
             ep = self._endpoint(record.endpoint)
             ep.server = record.metrics
+            self.energy.add_scrape(record.endpoint, record.metrics)
             if record.metrics.status == "ok":
                 ep.window.add_server_point(record.metrics, record.wall_time)
         elif kind is GpuEvent:
             self.gpu = record.gpu
+            self.energy.add_gpu(record.gpu)
         elif kind is SystemEvent:
             self.host, self.ports, self.leftovers = record.host, tuple(record.ports), tuple(record.leftovers)
         elif kind is AlertsEvent:

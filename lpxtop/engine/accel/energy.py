@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from lpxtop.model.energy import EndpointEnergy
 from lpxtop.model.gpu import GpuDevice, GpuSnapshot
+from lpxtop.model.server import ServerMetrics
 from lpxtop.model.snapshot import EndpointView, Snapshot
 
 WINDOW_S = 60.0
@@ -110,7 +111,9 @@ class _Gpu:
 
 
 class EnergyMeter:
-    """Fed every published snapshot in time order; puts each endpoint's `EndpointEnergy` into it."""
+    """Fed the GPU readings and scrapes as they come (`add_gpu`, `add_scrape`) and every published snapshot
+    in time order (`apply`, which also takes in the snapshot's own readings); puts each endpoint's
+    `EndpointEnergy` into the snapshot."""
 
     def __init__(self, window_s: float = WINDOW_S, min_span_s: float = MIN_SPAN_S) -> None:
         self.window_s = window_s
@@ -156,28 +159,34 @@ class EnergyMeter:
                                            "is its server's (the port check must see the server's PID: run as its user or root)")
         return out
 
-    def _feed(self, snapshot: Snapshot) -> None:
-        gpu = snapshot.gpu
+    def add_gpu(self, gpu: GpuSnapshot) -> None:
+        """One GPU reading (the engine calls this as it reads, so no reading is missed between snapshots)."""
         t = gpu.collected_at
-        if gpu.ok and t is not None and t != self._gpu_at:
-            self._gpu_at = t
-            for dev in gpu.devices:
-                state = self._gpus.get(dev.key)
-                if state is None or state.uuid != dev.uuid:
-                    state = self._gpus[dev.key] = _Gpu(dev.uuid, self._keep)
-                if dev.energy_j is not None:
-                    state.counter.add(t, dev.energy_j)
-                if dev.power_w is not None:
-                    state.power.add_power(t, dev.power_w)
+        if not gpu.ok or t is None or t == self._gpu_at:
+            return
+        self._gpu_at = t
+        for dev in gpu.devices:
+            state = self._gpus.get(dev.key)
+            if state is None or state.uuid != dev.uuid:
+                state = self._gpus[dev.key] = _Gpu(dev.uuid, self._keep)
+            if dev.energy_j is not None:
+                state.counter.add(t, dev.energy_j)
+            if dev.power_w is not None:
+                state.power.add_power(t, dev.power_w)
+
+    def add_scrape(self, endpoint: str, server: ServerMetrics | None) -> None:
+        """One scrape of an endpoint's server: its generated-token counter at the scrape's time."""
+        if server is None or not server.ok or server.scraped_at is None or server.generation_tokens_total is None:
+            return
+        if self._scraped_at.get(endpoint) == server.scraped_at:
+            return
+        self._scraped_at[endpoint] = server.scraped_at
+        self._tokens.setdefault(endpoint, Cumulative(self._keep)).add(server.scraped_at, server.generation_tokens_total)
+
+    def _feed(self, snapshot: Snapshot) -> None:
+        self.add_gpu(snapshot.gpu)
         for view in snapshot.endpoints:
-            server = view.server
-            if server is None or not server.ok or server.scraped_at is None or server.generation_tokens_total is None:
-                continue
-            if self._scraped_at.get(view.name) == server.scraped_at:
-                continue
-            self._scraped_at[view.name] = server.scraped_at
-            self._tokens.setdefault(view.name, Cumulative(self._keep)).add(server.scraped_at,
-                                                                           server.generation_tokens_total)
+            self.add_scrape(view.name, view.server)
         names = {v.name for v in snapshot.endpoints}
         for gone in [n for n in self._tokens if n not in names]:
             del self._tokens[gone]
