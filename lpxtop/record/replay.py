@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lpxtop.engine.accel.energy import EnergyMeter
+from lpxtop.engine.accel.energy import REPLAY_LOOKBACK_S, EnergyMeter
 from lpxtop.engine.agent.prober import agent_view, wants_agent, with_agent
 from lpxtop.engine.agent.window import AgentWindow
 from lpxtop.engine.stats import EndpointWindow, server_kind
@@ -105,7 +105,7 @@ class ReplayState:
         self.template = self.defaults
         self.seq = 0  # the last event applied
         self.t: float | None = None  # the moment the state stands at
-        self.energy = EnergyMeter()  # as the engine's: fed the snapshots in time order
+        self.energy = EnergyMeter()  # as the engine's, fed the same readings
 
     def restore(self, after_seq: int, t: float, keyframe: Snapshot) -> None:
         """Start from a keyframe: counters and last readings as published then, windows empty."""
@@ -292,7 +292,8 @@ class ReplaySource:
 
     def _seek(self, t: float) -> None:
         state = self.state
-        keyframe = self.recording.keyframe_before(t - state.window_s)
+        # one statistics window back, and far enough for energy per token's interval and the readings before it
+        keyframe = self.recording.keyframe_before(t - max(state.window_s, REPLAY_LOOKBACK_S))
         if keyframe is None and self.recording.pruned_after_seq:
             keyframe = self.recording.first_keyframe()
         if keyframe is not None:

@@ -29,6 +29,10 @@ from lpxtop.model.server import ServerMetrics
 from lpxtop.model.snapshot import EndpointView, Snapshot
 
 WINDOW_S = 60.0
+# How far before the energy window a replay that seeks starts feeding readings (record/replay.py), so that
+# it has the readings the live meter interpolated its interval's start from (GPUs every second, scrapes at
+# their own interval)
+REPLAY_LOOKBACK_S = WINDOW_S + 30.0
 MIN_SPAN_S = 1.0
 STALE_S = 30.0  # no reading of some counter for this long: no figure
 MAX_POWER_GAP_S = 10.0  # power readings further apart than this are not integrated across
