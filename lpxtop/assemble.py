@@ -23,10 +23,10 @@ def build_engine(
     engine_class: type[Engine] = Engine,
     **engine_kwargs,
 ) -> Engine:
-    """An Engine with the real scrapers, NVML, host, ports, discovery and alert rules."""
+    """An Engine with the real scrapers, GPUs (NVML, AMD SMI or amdgpu sysfs), host, ports, discovery and alert rules."""
+    from lpxtop.engine.accel.collector import AcceleratorCollector
     from lpxtop.engine.alerts import AlertRules, AlertThresholds
     from lpxtop.engine.discovery import discover as discover_servers
-    from lpxtop.engine.gpu import GpuCollector
     from lpxtop.engine.host import HostCollector
     from lpxtop.engine.ports import PortMonitor
     from lpxtop.engine.servers import ServerScraper
@@ -44,7 +44,7 @@ def build_engine(
         endpoints,
         settings,
         scraper_factory=lambda config: ServerScraper(config, window_s=settings.window_s),
-        gpu=gpu if gpu is not None else GpuCollector(),
+        gpu=gpu if gpu is not None else AcceleratorCollector(),
         host=HostCollector(),
         ports=PortMonitor(),
         alerts=AlertRules(thresholds),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from lpxtop.model.energy import EndpointEnergy
 from lpxtop.model.probe import Percentiles
 from lpxtop.model.snapshot import EndpointView, GaugeSummary, ServerSummary, Snapshot
 from lpxtop.textsafe import printable
@@ -97,6 +98,8 @@ def render_table(snapshot: Snapshot) -> str:
             lines.append(f"{name}: last error: {_text(e.last_error)}")
         if e.server is not None and e.server.status != "ok":
             lines.append(f"{name}: server metrics: {_text(e.server.status)}")
+        if e.energy is not None:
+            lines.append(f"{name}: {_energy_line(e.energy)}")
     lines.append(f"GPU: {_text(snapshot.gpu.status) if not snapshot.gpu.devices else _gpu_line(snapshot)}")
     for port in snapshot.ports:
         if port.status != "ok":
@@ -193,5 +196,21 @@ def _gpu_line(snapshot: Snapshot) -> str:
         mem = "--"
         if _finite(d.mem_used_bytes) and _finite(d.mem_total_bytes) and d.mem_total_bytes:
             mem = f"{d.mem_used_bytes / 2**30:.1f}/{d.mem_total_bytes / 2**30:.1f} GiB"
-        parts.append(f"[{d.index}] {_text(d.name)} {_num(d.util_pct)}% {mem}")
+        power = "--"
+        if _finite(d.power_w):
+            power = f"{d.power_w:.0f}/{d.power_limit_w:.0f} W" if _finite(d.power_limit_w) else f"{d.power_w:.0f} W"
+        word = f" {d.throttle_word}" if d.throttle_word else ""
+        parts.append(f"[{d.index}] {_text(d.name)} {_num(d.util_pct)}% {mem} {power}{word}")
     return "; ".join(parts)
+
+
+def _energy_line(energy: EndpointEnergy) -> str:
+    """J/token of the endpoint's GPUs, or why there is none."""
+    gpus = ", ".join(energy.gpus) or "no GPU"
+    if energy.joules_per_output_token is None:
+        return f"energy per output token --: {_text(energy.reason or 'unknown')}"
+    shared = f", shared with {', '.join(energy.shared_with)}" if energy.shared_with else ""
+    basis = " (all GPUs: the only endpoint)" if energy.basis == "only_endpoint" else ""
+    estimate = " (from power readings)" if energy.source == "power" else ""
+    return (f"energy per output token {energy.joules_per_output_token:.3g} J{estimate} over {energy.span_s:.0f} s, "
+            f"{gpus}{basis}{shared}, mean {energy.mean_power_w:.0f} W")

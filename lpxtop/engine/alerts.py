@@ -10,6 +10,9 @@ vanishing). Rules:
 - kv_saturated           KV cache at or above `kv_saturation` while preemptions rise
 - host_memory            host memory available below a share, or Linux memory pressure high
 - server_exited          an endpoint's server process vanished while its GPU memory was high
+- gpu_throttled          a GPU holds its clocks down (power cap, thermal, HW slowdown ...) while the
+                         latency of an endpoint it serves rose: TPOT (else TTFT) p50 of the last
+                         `throttle_recent_s` at least `throttle_latency_rise_pct` above the window's before
 
 Level alerts clear only a `hysteresis_pct` below their threshold, and the projection must hold on
 two consecutive readings to be raised (and fail on two to clear), so one noisy point neither
@@ -24,12 +27,23 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lpxtop.engine.accel.energy import gpus_of_endpoint
 from lpxtop.model.alerts import Alert
-from lpxtop.model.gpu import GpuDevice, GpuSnapshot
+from lpxtop.model.gpu import THROTTLE_TEXT, GpuDevice, GpuSnapshot
 from lpxtop.model.snapshot import EndpointView, Snapshot
 
 GIB = 2**30
-_KIND_ORDER = ("server_exited", "gpu_memory", "gpu_memory_projection", "kv_saturated", "host_memory")
+_KIND_ORDER = ("server_exited", "gpu_memory", "gpu_memory_projection", "gpu_throttled", "kv_saturated",
+               "host_memory")
+_THROTTLE_ADVICE = {
+    "power_cap": "it draws its power limit{power}: raise the limit (nvidia-smi -pl, rocm-smi --setpoweroverdrive) "
+    "if the board allows it, or expect this speed at this load",
+    "hw_thermal": "it is too hot{temp}: check the cooling and airflow",
+    "sw_thermal": "it is running hot{temp}: check the cooling and airflow",
+    "hw_slowdown": "check its temperature{temp} and the power supply (nvidia-smi -q -d PERFORMANCE)",
+    "power_brake": "the system asserted the power brake: check the power supply and the chassis' power policy",
+    "sync_boost": "it is held to the clocks of the slowest GPU in its sync-boost group",
+}
 
 
 @dataclass
@@ -48,6 +62,9 @@ class AlertThresholds:
     gpu_mem_high_for_exit_pct: float = 80.0
     exit_alert_hold_s: float = 300.0
     hysteresis_pct: float = 2.0
+    throttle_latency_rise_pct: float = 20.0
+    throttle_recent_s: float = 30.0
+    throttle_min_probes: int = 3
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> AlertThresholds:
@@ -90,13 +107,16 @@ class AlertThresholds:
             raise ValueError(
                 f"alert threshold 'kv_saturation' must be between 0 and 1, got {self.kv_saturation!r}"
             )
-        for name in ("projection_horizon_s", "projection_fit_window_s", "preemption_window_s"):
+        for name in ("projection_horizon_s", "projection_fit_window_s", "preemption_window_s",
+                     "throttle_latency_rise_pct", "throttle_recent_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(
                     f"alert threshold {name!r} must be greater than 0, got {getattr(self, name)!r}"
                 )
         if self.exit_alert_hold_s < 0 or self.hysteresis_pct < 0:
             raise ValueError("alert thresholds 'exit_alert_hold_s' and 'hysteresis_pct' must not be negative")
+        if self.throttle_min_probes < 1:
+            raise ValueError("alert threshold 'throttle_min_probes' must be at least 1")
         if self.projection_min_points < 2:
             raise ValueError("alert threshold 'projection_min_points' must be at least 2")
         if self.gpu_mem_warning_pct > self.gpu_mem_critical_pct:
@@ -221,6 +241,7 @@ class AlertRules:
         for gone in set(self._endpoints) - {ep.name for ep in snapshot.endpoints}:
             del self._endpoints[gone]
         alerts += self._host_alerts(snapshot, t)
+        alerts += self._throttle_alerts(snapshot, t)
         alerts.sort(
             key=lambda a: (-a.rank, _KIND_ORDER.index(a.kind) if a.kind in _KIND_ORDER else 99, a.subject)
         )
@@ -420,6 +441,56 @@ class AlertRules:
                     )
                 )
         return alerts
+
+
+    def _throttle_alerts(self, snapshot: Snapshot, t: float) -> list[Alert]:
+        gpu = snapshot.gpu
+        throttled = [d for d in gpu.devices if d.throttle] if gpu.ok else []
+        if not throttled or not snapshot.endpoints:
+            return []
+        ties = {ep.name: gpus_of_endpoint(ep, snapshot) for ep in snapshot.endpoints}
+        if len(ties) == 1 and not next(iter(ties.values())):
+            ties = {name: {d.key for d in gpu.devices} for name in ties}  # the host's only endpoint
+        alerts = []
+        for dev in throttled:
+            rises = [(ep, rise) for ep in snapshot.endpoints if dev.key in ties[ep.name]
+                     and (rise := self._latency_rise(ep, t)) is not None]
+            if not rises:
+                continue
+            reason = (dev.throttle or ("",))[0]
+            power = f" ({dev.power_w:.0f} of {dev.power_limit_w:.0f} W)" if dev.power_w and dev.power_limit_w else ""
+            temp = f" ({dev.temp_c:.0f} °C)" if dev.temp_c is not None else ""
+            advice = _THROTTLE_ADVICE.get(reason, "see the driver's clock-event reasons").format(power=power, temp=temp)
+            said = "; ".join(f"{ep.name}'s {what} p50 rose from {before:.0f} to {now:.0f} ms" for ep, (what, before, now)
+                             in rises)
+            text = THROTTLE_TEXT.get(reason, reason)
+            alerts.append(Alert("warning", "gpu_throttled",
+                                f"{dev.label} is throttling ({text}) while {said} in the last "
+                                f"{self.thresholds.throttle_recent_s:.0f} s: {advice}", dev.key))
+        return alerts
+
+    def _latency_rise(self, ep: EndpointView, t: float) -> tuple[str, float, float] | None:
+        """(figure, p50 before, p50 over the last throttle_recent_s) when the endpoint's latency rose."""
+        th = self.thresholds
+        since = t - th.throttle_recent_s
+        ok = [s for s in ep.samples if s.ok]
+        for what, value in (("TPOT", lambda s: s.tpot_ms), ("TTFT", lambda s: s.ttft_ms)):
+            recent = [v for s in ok if s.wall_time >= since and (v := value(s)) is not None]
+            before = [v for s in ok if s.wall_time < since and (v := value(s)) is not None]
+            if len(recent) < th.throttle_min_probes or len(before) < th.throttle_min_probes:
+                continue
+            a, b = _median(before), _median(recent)
+            if a > 0 and b >= a * (1.0 + th.throttle_latency_rise_pct / 100.0):
+                return what, a, b
+            return None
+        return None
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
 
 
 def _port_pid(ep: EndpointView, snapshot: Snapshot) -> tuple[bool, int | None]:

@@ -1,5 +1,9 @@
 """NVIDIA GPUs through NVML → GpuSnapshot: devices, MIG slices, and who holds their memory.
 
+Per device also the power draw against its enforced limit, the energy counter
+(`nvmlDeviceGetTotalEnergyConsumption`, mJ, Volta and newer) and the current clock-throttle reasons
+(`nvmlDeviceGetCurrentClocksEventReasons`, before R535 `...ThrottleReasons`; decoded in accel/throttle.py).
+
 Blocking; the engine calls `GpuCollector.collect` from a worker thread, one call at a time.
 Every NVML call goes through `lpxtop.engine.nvml.Nvml`, so a missing driver, an old driver or an
 unsupported value shows as N/A with a note, never as an exception.
@@ -14,6 +18,7 @@ from typing import Any
 
 import psutil
 
+from lpxtop.engine.accel.throttle import nvml_throttle
 from lpxtop.engine.nvml import Nvml, Problems
 from lpxtop.engine.procinfo import redact_argv, safe_name
 from lpxtop.model.gpu import GpuDevice, GpuProcess, GpuSnapshot
@@ -163,7 +168,8 @@ class GpuCollector:
         fields = self._read_common(handle, problems, mig=False)
         if problems.lost:
             return GpuDevice(index=index, lost=True, notes=problems.as_tuple(), **_identity(fields))
-        util = nvml.query("nvmlDeviceGetUtilizationRates", handle, problems=problems, what="utilization")
+        migs = self._read_migs(index, handle)
+        util = self._utilization(handle, problems, mig=bool(migs))
         power_mw = nvml.query("nvmlDeviceGetPowerUsage", handle, problems=problems, what="power draw")
         limit_mw = nvml.query("nvmlDeviceGetEnforcedPowerLimit", handle, quiet=True)
         if limit_mw is None:
@@ -172,7 +178,8 @@ class GpuCollector:
             )
         clock = nvml.query("nvmlDeviceGetClockInfo", handle, _CLOCK_SM, problems=problems, what="SM clock")
         temp = self._temperature(handle, problems)
-        migs = self._read_migs(index, handle)
+        # Volta and newer; mJ since the driver was loaded
+        energy_mj = nvml.query("nvmlDeviceGetTotalEnergyConsumption", handle, quiet=True)
         processes: tuple[GpuProcess, ...] = ()
         if not migs:
             # with MIG on, per-process memory is only meaningful per MIG device
@@ -192,7 +199,27 @@ class GpuCollector:
             mig_devices=migs,
             lost=problems.lost,
             notes=problems.as_tuple(),
+            vendor="nvidia",
+            energy_j=_num(energy_mj, 0.001),
+            throttle=self._throttle(handle),
         )
+
+    def _utilization(self, handle: Any, problems: Problems, *, mig: bool) -> Any:
+        """Utilisation rates; in MIG mode NVML reports none (NOT_SUPPORTED): unavailable, said once, never 0 %."""
+        if not mig:
+            return self._nvml.query("nvmlDeviceGetUtilizationRates", handle, problems=problems, what="utilization")
+        util = self._nvml.query("nvmlDeviceGetUtilizationRates", handle, quiet=True)
+        if util is None:
+            problems.add("utilization: NVML does not report it in MIG mode (for the GPU or its MIG devices)")
+        return util
+
+    def _throttle(self, handle: Any) -> tuple[str, ...] | None:
+        """Why the clocks are down now: the R535+ call, else its older name; None when neither answers."""
+        nvml = self._nvml
+        mask = nvml.query("nvmlDeviceGetCurrentClocksEventReasons", handle, quiet=True)
+        if mask is None:
+            mask = nvml.query("nvmlDeviceGetCurrentClocksThrottleReasons", handle, quiet=True)
+        return nvml_throttle(mask)
 
     def _read_common(self, handle: Any, problems: Problems, *, mig: bool) -> dict:
         nvml = self._nvml
@@ -255,6 +282,7 @@ class GpuCollector:
                     processes=processes,
                     lost=problems.lost,
                     notes=problems.as_tuple(),
+                    vendor="nvidia",
                 )
             )
         return tuple(migs)
@@ -293,36 +321,42 @@ class GpuCollector:
         return list(entries) if isinstance(entries, Iterable) else []
 
     def _join_processes(self, devices: list[GpuDevice], endpoint_pids: Mapping[int, str]) -> list[GpuDevice]:
-        infos: dict[int, ProcessInfo] = {}
-        endpoints: dict[int, str | None] = {}
-
-        def join(proc: GpuProcess) -> GpuProcess:
-            if proc.pid not in infos:
-                infos[proc.pid] = describe_process(proc.pid)
-                endpoints[proc.pid] = endpoint_of(proc.pid, endpoint_pids)
-            info = infos[proc.pid]
-            return GpuProcess(
-                pid=proc.pid,
-                name=info.name,
-                used_bytes=proc.used_bytes,
-                user=info.user,
-                cmdline=info.cmdline,
-                endpoint=endpoints[proc.pid],
-                kind=proc.kind,
-            )
-
-        def join_device(dev: GpuDevice) -> GpuDevice:
-            return replace(
-                dev,
-                processes=tuple(join(p) for p in dev.processes),
-                mig_devices=tuple(join_device(m) for m in dev.mig_devices),
-            )
-
-        return [join_device(d) for d in devices]
+        return join_processes(devices, endpoint_pids)
 
     def close(self) -> None:
         """Shut NVML down; safe to call twice."""
         self._nvml.close()
+
+
+def join_processes(devices: Iterable[GpuDevice], endpoint_pids: Mapping[int, str]) -> list[GpuDevice]:
+    """Each device's processes (MIG devices' too) joined to psutil (name, user, command line) and to the
+    endpoint whose server is the process or an ancestor of it; every vendor's devices alike."""
+    infos: dict[int, ProcessInfo] = {}
+    endpoints: dict[int, str | None] = {}
+
+    def join(proc: GpuProcess) -> GpuProcess:
+        if proc.pid not in infos:
+            infos[proc.pid] = describe_process(proc.pid)
+            endpoints[proc.pid] = endpoint_of(proc.pid, endpoint_pids)
+        info = infos[proc.pid]
+        return GpuProcess(
+            pid=proc.pid,
+            name=info.name,
+            used_bytes=proc.used_bytes,
+            user=info.user,
+            cmdline=info.cmdline,
+            endpoint=endpoints[proc.pid],
+            kind=proc.kind,
+        )
+
+    def join_device(dev: GpuDevice) -> GpuDevice:
+        return replace(
+            dev,
+            processes=tuple(join(p) for p in dev.processes),
+            mig_devices=tuple(join_device(m) for m in dev.mig_devices),
+        )
+
+    return [join_device(d) for d in devices]
 
 
 def _identity(fields: dict) -> dict:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 from lpxtop import __version__
+from lpxtop.engine.accel.energy import EnergyMeter
 from lpxtop.engine.agent.prober import AgentProber, wants_agent, wants_chat, with_agent
 from lpxtop.engine.clientlimit import LoopLag, ThreadCpuWait
 from lpxtop.engine.httpclient import HttpClient
@@ -254,6 +255,7 @@ class Engine:
         self._seq = 0
         self._dirty = True
         self._alert_sources: list[Callable[[], tuple[Alert, ...]]] = []
+        self._energy = EnergyMeter()
         self._snapshot = self._build_snapshot()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -394,9 +396,10 @@ class Engine:
                     await _within(asyncio.gather(*models, return_exceptions=True), left(), "GET /models")
                 # after the probes, so the port check knows what each endpoint's /v1/models serves
                 await _within(self._collect_host_and_ports(), left(), "port check")
-                if any(True for _ in self._gpu_snapshot.all_processes()) and self._endpoint_pids():
-                    # the GPU was read before the port check said which PID serves which endpoint:
-                    # read it again (about 1 ms) so its processes are joined to their endpoints
+                if self._gpu_snapshot.devices:
+                    # the GPU was read before the port check said which PID serves which endpoint: read it
+                    # again (about 1 ms) so its processes are joined to their endpoints and, after the last
+                    # scrape, its energy counter closes the interval energy per token is taken over
                     await _within(self._collect_gpu(), left(), "GPU")
         finally:
             self._close_lateness()
@@ -737,6 +740,7 @@ class Engine:
         if metrics.status != "ok" and (state.server is None or state.server.status != metrics.status):
             log.info("metrics of %s: %s", state.config.name, metrics.status)
         state.server = metrics
+        self._energy.add_scrape(state.config.name, metrics)
         now = time.time()
         if metrics.status == "ok":
             state.window.add_server_point(metrics, now)
@@ -761,6 +765,7 @@ class Engine:
                 self._gpu_snapshot = await asyncio.to_thread(self._gpu.collect, self._endpoint_pids())
         except Exception as exc:  # noqa: BLE001
             self._gpu_snapshot = GpuSnapshot(status=f"unavailable: {type(exc).__name__}: {exc}")
+        self._energy.add_gpu(self._gpu_snapshot)
         # "unavailable" every second is no news: do not make readers redraw for it
         if self._gpu_snapshot.devices or previous.devices or self._gpu_snapshot.status != previous.status:
             self._dirty = True
@@ -881,6 +886,10 @@ class Engine:
             leftovers=self._leftovers,
             seq=self._seq,
         )
+        try:
+            snapshot = self._energy.apply(snapshot)
+        except Exception:  # noqa: BLE001
+            log.exception("energy per token failed")
         if self._alerts is not None:
             try:
                 snapshot = replace(snapshot, alerts=self._alerts.evaluate(snapshot, now))

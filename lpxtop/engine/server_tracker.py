@@ -600,4 +600,5 @@ def _summarize(
         scraped_at=wall,
         notes=tuple(notes),
         ttft_intervals=tracker.ttft_intervals(names.ttft),
+        generation_tokens_total=None if "generation_tokens" in new.spoiled else _sum(new.counters.get("generation_tokens")),
     )

@@ -20,9 +20,11 @@ class SimulatedGpuCollector:
     """Same interface as `GpuCollector`, backed by arithmetic instead of NVML.
 
     memory used = weights + runtime overhead + KV pool x kv_usage() (+ the surge, when on);
-    utilisation follows `load()` (default: the KV usage); temperature and power follow utilisation.
+    utilisation follows `load()` (default: the KV usage); temperature and power follow utilisation, and an
+    energy counter sums the power over the collector's clock (so the demo shows joules per token).
     `surge(True)` makes memory climb at `surge_rate_bytes_s` until nearly full, so the demo can show
-    the projection, then the warning, then the critical alert; `surge(False)` releases it.
+    the projection, then the warning, then the critical alert, and runs the GPU at its power limit with its
+    clocks held down ("pwr-cap"); `surge(False)` releases it.
     """
 
     def __init__(
@@ -58,6 +60,8 @@ class SimulatedGpuCollector:
         self._clock = clock
         self._lock = threading.Lock()
         self._surge_since: float | None = None
+        self._energy_j = 1_000_000.0  # as a driver's counter: started long before lpxtop
+        self._last: tuple[float, float] | None = None  # (clock, power) of the last reading
 
     def surge(self, on: bool) -> None:
         """Start (or stop) a steady climb of memory use, to provoke the early warnings."""
@@ -93,6 +97,17 @@ class SimulatedGpuCollector:
             used += int(max(0.0, self._clock() - since) * self.surge_rate_bytes_s)
         used = min(used, self.total_bytes - 256 * 2**20)  # stop just short of full, as a real OOM would
         util = round(5.0 + 93.0 * load, 1)
+        power = round(75.0 + (self.power_limit_w - 75.0) * util / 100.0, 1)
+        throttle: tuple[str, ...] = ()
+        if since is not None:
+            power = round(self.power_limit_w * 0.995, 1)
+            throttle = ("power_cap",)
+        now = self._clock()
+        with self._lock:
+            if self._last is not None and now > self._last[0]:
+                self._energy_j += (self._last[1] + power) / 2.0 * (now - self._last[0])
+            self._last = (now, power)
+            energy = self._energy_j
         endpoint = (endpoint_pids or {}).get(self.pid)
         process = GpuProcess(
             pid=self.pid,
@@ -111,10 +126,13 @@ class SimulatedGpuCollector:
             mem_used_bytes=used,
             mem_total_bytes=self.total_bytes,
             temp_c=round(34.0 + 0.42 * util, 1),
-            power_w=round(75.0 + (self.power_limit_w - 75.0) * util / 100.0, 1),
+            power_w=power,
             power_limit_w=self.power_limit_w,
-            sm_clock_mhz=int(1410 + 570 * load),
+            sm_clock_mhz=int((1410 + 570 * load) * (0.8 if throttle else 1.0)),
             processes=(process,),
+            vendor="simulated",
+            energy_j=round(energy, 3),
+            throttle=throttle,
         )
         return GpuSnapshot(status="ok", devices=(device,), simulated=True, collected_at=time.time())
 

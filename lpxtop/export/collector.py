@@ -30,7 +30,7 @@ from lpxtop.export.state import (
     ExportState,
     label_value,
 )
-from lpxtop.model.gpu import GpuSnapshot
+from lpxtop.model.gpu import THROTTLE_WORDS, GpuSnapshot
 from lpxtop.model.ports import PORT_STATES
 from lpxtop.model.probe import ERROR_KINDS
 from lpxtop.model.snapshot import Snapshot
@@ -225,6 +225,37 @@ class LpxtopCollector:
             procs.add_metric([host, dev.key, str(proc.pid), label_value(proc.name), label_value(proc.endpoint)],
                              proc.used_bytes or 0)
         yield from (used, total, util, procs)
+        yield from self._accelerator_families(gpu)
+
+    def _accelerator_families(self, gpu: GpuSnapshot) -> Iterator[Metric]:
+        """Vendor, power against its limit, the energy counter and clock-throttle reasons, per GPU."""
+        host, labels = self.host, list(GPU_LABELS)
+        info = InfoMetricFamily("lpxtop_gpu", "Every GPU lpxtop reads, with its `vendor` (nvidia, amd, simulated).",
+                                labels=labels)
+        power = GaugeMetricFamily("lpxtop_gpu_power_watts", "GPU power draw (NVML power usage; amdgpu "
+                                  "power1_average, else power1_input).", labels=labels)
+        limit = GaugeMetricFamily("lpxtop_gpu_power_limit_watts", "The power limit the GPU is held to (NVML "
+                                  "enforced limit; amdgpu power1_cap).", labels=labels)
+        energy = CounterMetricFamily("lpxtop_gpu_energy_joules", "The driver's energy counter (NVML total energy "
+                                     "since the driver loaded; amdgpu energy1_input where present): it resets "
+                                     "when the driver reloads.", labels=labels)
+        throttle = GaugeMetricFamily("lpxtop_gpu_clock_throttle", "1 for each reason the GPU holds its clocks "
+                                     "down now (power_cap, hw_thermal, sw_thermal, hw_slowdown, power_brake, "
+                                     "sync_boost, board_limit, reliability), 0 for the others; absent when the "
+                                     "driver does not say.", labels=[*labels, "reason"])
+        for dev in gpu.devices:
+            values = [host, dev.key, label_value(dev.uuid), label_value(dev.name)]
+            info.add_metric(values, {"vendor": dev.vendor or "unknown"})
+            if dev.power_w is not None:
+                power.add_metric(values, dev.power_w)
+            if dev.power_limit_w is not None:
+                limit.add_metric(values, dev.power_limit_w)
+            if dev.energy_j is not None:
+                energy.add_metric(values, dev.energy_j)
+            if dev.throttle is not None:
+                for reason in THROTTLE_WORDS:
+                    throttle.add_metric([*values, reason], 1.0 if reason in dev.throttle else 0.0)
+        yield from (info, power, limit, energy, throttle)
 
     def _system_families(self, snap: Snapshot) -> Iterator[Metric]:
         host = self.host

@@ -115,6 +115,11 @@ ENDPOINT_FIGURES: tuple[EndpointFigure, ...] = (
       )),
     EndpointFigure("lpxtop_server_preemptions", "Preemptions the server counted (its own counter: it resets "
                    "when the server restarts).", _server("preemptions_total"), counter=True),
+    EndpointFigure("lpxtop_endpoint_energy_joules_per_output_token", "Energy of the endpoint's GPUs per output "
+                   "token over the last minute: the growth of their energy counters over the growth of the "
+                   "server's generated-token counter in the same interval (GPUs serving several endpoints: over "
+                   "all their tokens). Absent when either counter is missing or no token was generated.",
+                   lambda v: v.energy.joules_per_output_token if v.energy is not None else None),
 )
 
 LABELLED_FIGURES: tuple[LabelledEndpointFigure, ...] = (

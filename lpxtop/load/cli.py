@@ -319,8 +319,9 @@ def _open_outputs(args: argparse.Namespace):
 
 def build_load_engine(plan: LoadPlan, *, ui: bool, scrape: bool, readings: bool = False):
     """The live engine beside the test: probes off; scrapes of the target (every second); with the dashboard
-    also the GPU, the host and the ports. Headless it only scrapes, so it takes as little CPU as it can,
-    plus the GPU and the host when `readings` (a recorded run keeps them: lpxtop/load/recording.py)."""
+    also the GPU, the host and the ports. Headless it scrapes and reads the GPUs (each step's energy per
+    output token needs their energy counters; about 1 ms a second, nothing on a host without a GPU), plus the
+    host when `readings` (a recorded run keeps them: lpxtop/load/recording.py)."""
     from lpxtop.engine.runner import Engine, EngineSettings
     from lpxtop.engine.servers import ServerScraper
 
@@ -331,12 +332,13 @@ def build_load_engine(plan: LoadPlan, *, ui: bool, scrape: bool, readings: bool 
         engine.settings = replace(engine.settings, probes=False)
         return engine
     settings = EngineSettings(probes=False, scrape_metrics=scrape)
-    parts: dict = {}
+    from lpxtop.engine.accel.collector import AcceleratorCollector
+
+    parts: dict = {"gpu": AcceleratorCollector()}
     if readings:
-        from lpxtop.engine.gpu import GpuCollector
         from lpxtop.engine.host import HostCollector
 
-        parts = {"gpu": GpuCollector(), "host": HostCollector()}
+        parts["host"] = HostCollector()
     return Engine([plan.endpoint], settings,
                   scraper_factory=lambda config: ServerScraper(config, window_s=settings.window_s), **parts)
 

@@ -82,7 +82,7 @@ def steps_csv(steps: Sequence[StepResult]) -> str:
             row[f"client_{key}" if not key.startswith("client") else key] = value
         server = step.server.to_json() if step.server is not None else {}
         for key in ("kind", "peak_requests_waiting", "peak_requests_running", "peak_kv_cache_usage", "preemptions",
-                    "prefix_cache_hit_rate", "mean_ttft_ms", "mean_queue_ms"):
+                    "prefix_cache_hit_rate", "mean_ttft_ms", "mean_queue_ms", "energy_j", "joules_per_output_token"):
             row[f"server_{key}"] = server.get(key)
         rows.append(row)
     if not rows:

@@ -17,16 +17,19 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
+from lpxtop.engine.accel.energy import energy_between
 from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.metric_names import BY_KIND, KINDS, KindNames, Ref, family_names, keep_families
 from lpxtop.engine.server_exposition import Exposition, NotPrometheusText
-from lpxtop.model.events import EngineEvent, ScrapeEvent
+from lpxtop.model.events import EngineEvent, GpuEvent, ScrapeEvent
+from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.load import ServerDuringStep
 from lpxtop.model.server import ServerMetrics
 
 READ_TIMEOUT_S = 5.0
 MAX_METRICS_BYTES = 8 * 1024 * 1024
 MAX_SCRAPES_KEPT = 4096
+MAX_GPU_READINGS_KEPT = 7200  # two hours of 1-s GPU readings: a step's window is far shorter
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ class ServerWatch:
         self.kind: str | None = None
         self.status = "ok" if metrics_url else "off: --no-metrics"
         self._scrapes: deque[tuple[float, ServerMetrics]] = deque(maxlen=MAX_SCRAPES_KEPT)
+        self._gpus: deque[GpuSnapshot] = deque(maxlen=MAX_GPU_READINGS_KEPT)  # for the step's energy per token
         self._lock = threading.Lock()
 
     def on_engine_event(self, event: EngineEvent) -> None:
@@ -127,6 +131,9 @@ class ServerWatch:
         if isinstance(event, ScrapeEvent) and event.endpoint == self.endpoint_name:
             with self._lock:
                 self._scrapes.append((event.wall_time, event.metrics))
+        elif isinstance(event, GpuEvent) and event.gpu.devices:
+            with self._lock:
+                self._gpus.append(event.gpu)
 
     def scrapes_between(self, t0: float, t1: float) -> list[ServerMetrics]:
         with self._lock:
@@ -193,7 +200,10 @@ class ServerWatch:
             return n / d if n is not None and d else None
 
         kind = self.kind or _kind_of(scrapes[-1] if scrapes else None)
+        tokens = delta("generation_tokens")
+        energy = self._energy(first, last, tokens)
         return ServerDuringStep(
+            **energy,
             kind=kind,
             status=self.status,
             scrapes=len(scrapes) + sum(1 for r in (first, last) if r is not None),
@@ -206,8 +216,29 @@ class ServerWatch:
             prefix_cache_hit_rate=ratio("prefix_hits", "prefix_queries"),
             mean_ttft_ms=ratio("ttft_sum", "ttft_count"),
             mean_queue_ms=ratio("queue_sum", "queue_count"),
-            generation_tokens=delta("generation_tokens"),
+            generation_tokens=tokens,
         )
+
+
+    def _energy(self, first: CounterReading | None, last: CounterReading | None, tokens: float | None) -> dict:
+        """The GPUs' energy between the two counter readings, and per generated token between them."""
+        with self._lock:
+            readings = list(self._gpus)
+        if not readings:
+            return {}
+        if first is None or last is None or tokens is None:
+            return {"energy_note": "no generated-token counter read at both ends of the window"}
+        joules, gpus, basis, source, reason = energy_between(readings, first.wall_time, last.wall_time,
+                                                             self.endpoint_name)
+        note = reason
+        if joules is not None:
+            how = [("all GPUs: the one endpoint" if basis == "only_endpoint" else None),
+                   ("integrated power readings" if source == "power" else None)]
+            note = "; ".join(h for h in how if h) or None
+            if tokens <= 0:
+                note = "no tokens generated in the window"
+        return {"energy_j": joules, "energy_gpus": gpus, "energy_note": note,
+                "joules_per_output_token": joules / tokens if joules is not None and tokens and tokens > 0 else None}
 
 
 def _kind_of(metrics: ServerMetrics | None) -> str | None:

@@ -2,8 +2,28 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+# Clock-throttle reasons, worst first: the key JSON and the exporter use, and the short word the GPU
+# panel shows beside the device. The NVML bits they come from are in lpxtop/engine/accel/throttle.py.
+THROTTLE_REASONS: tuple[tuple[str, str, str], ...] = (
+    ("hw_thermal", "thermal", "hardware thermal slowdown: the GPU is too hot"),
+    ("power_brake", "pwr-brake", "hardware power brake: the system asserted its power-brake signal"),
+    ("hw_slowdown", "hw-slow", "hardware slowdown: too hot, or the power supply asked for less"),
+    ("sw_thermal", "thermal", "software thermal slowdown: the driver holds clocks down to stay cool"),
+    ("power_cap", "pwr-cap", "power cap: drawing the power limit, so the clocks come down"),
+    ("board_limit", "board", "board limit"),
+    ("reliability", "reliab", "reliability limit"),
+    ("sync_boost", "sync", "sync boost: held to the clocks of other GPUs in its group"),
+)
+THROTTLE_WORDS = {key: word for key, word, _ in THROTTLE_REASONS}
+THROTTLE_TEXT = {key: text for key, _, text in THROTTLE_REASONS}
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else x
 
 
 @dataclass(frozen=True)
@@ -58,6 +78,12 @@ class GpuDevice:
     parent_index: int | None = None
     lost: bool = False  # NVML says GPU_IS_LOST: fell off the bus, needs a reset
     notes: tuple[str, ...] = ()  # why some values are N/A, what to do
+    vendor: str = ""  # "nvidia", "amd", "simulated" ("" in recordings made before vendors were kept)
+    # The driver's cumulative energy counter in joules (NVML: since the driver loaded; amdgpu hwmon
+    # energy1_input); None where the device has none. Differences over time are what count.
+    energy_j: float | None = None
+    # Why the clocks are held down right now, worst first (THROTTLE_REASONS keys); () none; None unknown
+    throttle: tuple[str, ...] | None = None
 
     @property
     def is_mig(self) -> bool:
@@ -76,6 +102,13 @@ class GpuDevice:
         if self.parent_index is None:
             return f"gpu{self.index}"
         return f"gpu{self.parent_index}/mig{self.index}"
+
+    @property
+    def throttle_word(self) -> str | None:
+        """The worst current clock-throttle reason as one short word ("pwr-cap", "thermal"); None when none."""
+        if not self.throttle:
+            return None
+        return THROTTLE_WORDS.get(self.throttle[0], self.throttle[0])
 
     @property
     def mem_used_pct(self) -> float | None:
@@ -101,6 +134,9 @@ class GpuDevice:
             "mig_devices": [m.to_json() for m in self.mig_devices],
             "lost": self.lost,
             "notes": list(self.notes),
+            "vendor": self.vendor or None,
+            "energy_j": _finite(self.energy_j),
+            "throttle": list(self.throttle) if self.throttle is not None else None,
         }
 
 

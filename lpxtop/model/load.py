@@ -103,6 +103,11 @@ class ServerDuringStep:
     mean_ttft_ms: float | None = None
     mean_queue_ms: float | None = None
     generation_tokens: float | None = None
+    # The GPUs' energy over the same two counter readings (engine/accel/energy.py), and per generated token
+    energy_j: float | None = None
+    joules_per_output_token: float | None = None
+    energy_gpus: tuple[str, ...] = ()
+    energy_note: str | None = None  # why there is no figure, or how it was taken ("power": integrated readings)
 
     def to_json(self) -> dict:
         return {
@@ -119,6 +124,10 @@ class ServerDuringStep:
             "mean_ttft_ms": _r(self.mean_ttft_ms),
             "mean_queue_ms": _r(self.mean_queue_ms),
             "generation_tokens": self.generation_tokens,
+            "energy_j": _r(self.energy_j, 3),
+            "joules_per_output_token": _r(self.joules_per_output_token, 4),
+            "energy_gpus": list(self.energy_gpus),
+            "energy_note": self.energy_note,
         }
 
 

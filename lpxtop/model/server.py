@@ -154,6 +154,9 @@ class ServerMetrics:
     notes: tuple[str, ...] = ()
     # The TTFT histogram read by read over the window, oldest first (for the client/engine gap)
     ttft_intervals: tuple[TtftInterval, ...] = ()
+    # The generated-token counter as read in this scrape (vllm:generation_tokens_total, summed over its
+    # series): energy per output token divides the GPUs' energy by its growth (engine/accel/energy.py)
+    generation_tokens_total: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -200,6 +203,7 @@ class ServerMetrics:
             "scraped_at": _finite(self.scraped_at),
             "scrape_ms": _round(self.scrape_ms, 1),
             "notes": list(self.notes),
+            "generation_tokens_total": _finite(self.generation_tokens_total),
         }
         if ttft_gap is not None:
             out["ttft_gap_ms"] = ttft_gap

@@ -9,6 +9,7 @@ from functools import cached_property
 from lpxtop.model.agent import AgentView
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.model.energy import EndpointEnergy
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.host import HostSnapshot
 from lpxtop.model.load import LoadState
@@ -112,6 +113,7 @@ class EndpointView:
     percentiles_with_client_limited: bool = False
     server_summary: ServerSummary | None = None  # the server's gauges across the probes' span
     agent: AgentView | None = None  # the agent-step probe's window (engine/agent), when it is on
+    energy: EndpointEnergy | None = None  # joules per output token of its GPUs (engine/accel/energy.py)
 
     @property
     def name(self) -> str:
@@ -178,6 +180,7 @@ class EndpointView:
             "server_while_probing": self.server_summary.to_json() if self.server_summary is not None else None,
             "last_error": self.last_error,
             "agent": self.agent.to_json() if self.agent is not None else None,
+            "energy": self.energy.to_json() if self.energy is not None else None,
         }
         if self.host is not None:
             data["host"] = self.host

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from lpxtop.engine.accel.energy import REPLAY_LOOKBACK_S, EnergyMeter
 from lpxtop.engine.agent.prober import agent_view, wants_agent, with_agent
 from lpxtop.engine.agent.window import AgentWindow
 from lpxtop.engine.stats import EndpointWindow, server_kind
@@ -104,6 +105,7 @@ class ReplayState:
         self.template = self.defaults
         self.seq = 0  # the last event applied
         self.t: float | None = None  # the moment the state stands at
+        self.energy = EnergyMeter()  # as the engine's, fed the same readings
 
     def restore(self, after_seq: int, t: float, keyframe: Snapshot) -> None:
         """Start from a keyframe: counters and last readings as published then, windows empty."""
@@ -146,10 +148,12 @@ class ReplayState:
         elif kind is ScrapeEvent:
             ep = self._endpoint(record.endpoint)
             ep.server = record.metrics
+            self.energy.add_scrape(record.endpoint, record.metrics)
             if record.metrics.status == "ok":
                 ep.window.add_server_point(record.metrics, record.wall_time)
         elif kind is GpuEvent:
             self.gpu = record.gpu
+            self.energy.add_gpu(record.gpu)
         elif kind is SystemEvent:
             self.host, self.ports, self.leftovers = record.host, tuple(record.ports), tuple(record.leftovers)
         elif kind is AlertsEvent:
@@ -177,7 +181,7 @@ class ReplayState:
         interval = self.interval_s
         if interval is None:
             interval = min((ep.config.interval_s for ep in self.endpoints.values() if ep.known), default=2.0)
-        return replace(
+        return self.energy.apply(replace(
             self.template,
             wall_time=now,
             paused=self.paused,
@@ -189,7 +193,7 @@ class ReplayState:
             leftovers=self.leftovers,
             alerts=self.alerts,
             seq=seq,
-        )
+        ))
 
 
 @dataclass(frozen=True)
@@ -288,7 +292,8 @@ class ReplaySource:
 
     def _seek(self, t: float) -> None:
         state = self.state
-        keyframe = self.recording.keyframe_before(t - state.window_s)
+        # one statistics window back, and far enough for energy per token's interval and the readings before it
+        keyframe = self.recording.keyframe_before(t - max(state.window_s, REPLAY_LOOKBACK_S))
         if keyframe is None and self.recording.pruned_after_seq:
             keyframe = self.recording.first_keyframe()
         if keyframe is not None:

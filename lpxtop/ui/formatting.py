@@ -104,6 +104,18 @@ def fmt_rate(value: float | None) -> str:
     return f"{value / 1000:.0f}k"
 
 
+def fmt_joules(value: float | None) -> str:
+    """Energy in joules (per output token): "0.41", "2.3", "15"; `--` when unknown."""
+    value = known(value)
+    if value is None or value < 0:
+        return UNKNOWN
+    if value < 1:
+        return f"{value:.2f}"
+    if value < 10:
+        return f"{value:.1f}"
+    return f"{value:.0f}"
+
+
 def fmt_pct(value: float | None, *, fraction: bool = False, digits: int = 0) -> str:
     """A percentage; `fraction=True` when the value is 0..1."""
     value = known(value)

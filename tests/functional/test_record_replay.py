@@ -3,7 +3,8 @@
 The engine runs for real against two simulated servers on loopback (probes, /metrics, the port check,
 host readings, alert rules, a simulated GPU, agent steps with tool calls on one endpoint beside its chat
 probes and alone on another), with a reset, a pause and an interval change while it records. Each snapshot the live engine published is then compared with the replay at the same moment,
-once playing forward and once seeking backwards (which restarts from keyframes).
+once playing forward and once seeking backwards (which restarts from the keyframe before the statistics window
+and energy per token's lookback, record/replay.py: in a run this short, the beginning).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from lpxtop.record.replay import ReplaySource
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 
-WINDOW_S = 1.5  # short, so that samples leave the window within the run and seeks start from keyframes
+WINDOW_S = 1.5  # short, so that samples leave the window within the run
 
 
 def normalized(snap: Snapshot) -> Snapshot:

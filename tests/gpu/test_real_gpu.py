@@ -160,6 +160,66 @@ def test_a_process_holding_gpu_memory_is_joined_to_its_endpoint(collector: GpuCo
     assert process["kind"] in ("compute", "compute+graphics")
     ports = {p["port"]: p for p in data["ports"]}
     assert ports[port]["pid"] == holder.pid
+    # energy per output token: the holder's GPU, tied through its process; a figure, or why there is none
+    assert device["vendor"] == "nvidia" and device["energy_j"] is not None
+    energy = endpoint["energy"]
+    print("energy:", energy)
+    assert energy["gpus"] == ["gpu0"] and energy["basis"] == "processes"
+    assert energy["joules_per_output_token"] is not None or energy["reason"]
+    if energy["joules_per_output_token"] is not None:
+        assert energy["joules_per_output_token"] > 0 and energy["source"] == "counter"
+
+
+def _nvidia_smi_events() -> list[dict[str, str]] | None:
+    """The clock-event reasons as nvidia-smi sees them (its R535+ names, else the throttle-era ones)."""
+    for prefix in ("clocks_event_reasons", "clocks_throttle_reasons"):
+        try:
+            return [{"active": row[f"{prefix}.active"]} for row in nvidia_smi(f"{prefix}.active")]
+        except subprocess.CalledProcessError:
+            continue
+    return None
+
+
+def test_power_energy_and_clock_events_read_as_nvidia_smi_shows_them(collector: GpuCollector) -> None:
+    """The NVML calls energy per token and the throttle word stand on: power draw and its enforced limit,
+    nvmlDeviceGetTotalEnergyConsumption (it grows by about the power drawn), the clock-event reasons (the
+    same bits nvidia-smi shows), and the same devices through AcceleratorCollector with their vendor."""
+    from lpxtop.engine.accel.collector import AcceleratorCollector
+    from lpxtop.engine.accel.throttle import nvml_throttle
+
+    if shutil.which("nvidia-smi") is None:
+        pytest.skip("nvidia-smi is not installed")
+    first = collector.collect()
+    t0 = time.monotonic()
+    time.sleep(2.0)
+    events_before = _nvidia_smi_events()
+    second = collector.collect()
+    events_after = _nvidia_smi_events()
+    dt = time.monotonic() - t0
+    limits = nvidia_smi("power.limit", "enforced.power.limit")
+    for a, b, smi in zip(first.devices, second.devices, limits):
+        print(f"{b.label}: {b.power_w} W of {b.power_limit_w} W, energy {a.energy_j} -> {b.energy_j} J in "
+              f"{dt:.2f} s, throttle {b.throttle}")
+        assert b.vendor == "nvidia"
+        if smi["enforced.power.limit"] not in ("[N/A]", "[Not Supported]"):
+            assert abs(b.power_limit_w - float(smi["enforced.power.limit"])) <= 1
+        if a.energy_j is None:
+            continue  # before Volta: no counter (energy per token integrates the power readings)
+        used = b.energy_j - a.energy_j
+        low = min(a.power_w, b.power_w) * dt * 0.5
+        high = max(a.power_w, b.power_w) * dt * 2.0 + 50
+        assert low <= used <= high, (used, low, high)
+    if events_before is not None and events_after is not None:
+        for dev, before, after in zip(second.devices, events_before, events_after):
+            allowed = {nvml_throttle(int(x["active"], 16)) for x in (before, after)}
+            assert dev.throttle in allowed, (dev.throttle, allowed)
+    accelerators = AcceleratorCollector(nvidia=GpuCollector())
+    try:
+        both = accelerators.collect()
+        assert [(d.uuid, d.vendor) for d in both.devices[: len(second.devices)]] == [
+            (d.uuid, "nvidia") for d in second.devices]
+    finally:
+        accelerators.close()
 
 
 def test_early_warning_comes_before_the_gpu_fills(collector: GpuCollector) -> None:

@@ -47,6 +47,9 @@ FUNCTIONS = (
     "nvmlDeviceGetComputeRunningProcesses_v2",
     "nvmlDeviceGetGraphicsRunningProcesses",
     "nvmlDeviceGetGraphicsRunningProcesses_v2",
+    "nvmlDeviceGetTotalEnergyConsumption",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
 )
 
 
@@ -78,6 +81,11 @@ class FakeGpu:
         # The driver's own reservation: the v1 memory call counts it as used, v2 reports it apart
         self.reserved = kw.get("reserved", 0)
         self.has_memory_v2 = kw.get("has_memory_v2", True)  # False: a driver before R510
+        self.energy_mj = kw.get("energy_mj", 123_456_789)  # since the driver loaded
+        self.clock_events = kw.get("clock_events", pynvml.nvmlClocksEventReasonGpuIdle)
+        # MIG mode on: NVML answers NOT_SUPPORTED for utilisation (the GPU's and its MIG devices')
+        if self.migs:
+            self.errors.setdefault("nvmlDeviceGetUtilizationRates", pynvml.NVML_ERROR_NOT_SUPPORTED)
 
 
 class FakeDriver:
@@ -206,6 +214,15 @@ class FakeDriver:
 
     def _nvmlDeviceGetGraphicsRunningProcesses_v2(self, g):
         return self._answer(g, "nvmlDeviceGetGraphicsRunningProcesses_v2", list(g.graphics))
+
+    def _nvmlDeviceGetTotalEnergyConsumption(self, g):
+        return self._answer(g, "nvmlDeviceGetTotalEnergyConsumption", g.energy_mj)
+
+    def _nvmlDeviceGetCurrentClocksEventReasons(self, g):
+        return self._answer(g, "nvmlDeviceGetCurrentClocksEventReasons", g.clock_events)
+
+    def _nvmlDeviceGetCurrentClocksThrottleReasons(self, g):
+        return self._answer(g, "nvmlDeviceGetCurrentClocksThrottleReasons", g.clock_events)
 
 
 class Clock:

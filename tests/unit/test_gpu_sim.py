@@ -65,3 +65,22 @@ def test_broken_kv_source_reads_as_idle():
     assert SimulatedGpuCollector(broken).collect().devices[0].mem_used_bytes == 18 * GIB
     assert SimulatedGpuCollector(lambda: float("nan")).collect().devices[0].mem_used_bytes == 18 * GIB
     assert SimulatedGpuCollector(lambda: 7.0).collect().devices[0].mem_used_bytes == 64 * GIB
+
+
+def test_power_energy_counter_and_throttle_under_surge():
+    clock = Clock()
+    sim = SimulatedGpuCollector(lambda: 0.5, clock=clock, power_limit_w=700.0)
+    first = sim.collect().devices[0]
+    assert first.vendor == "simulated" and first.throttle == () and first.throttle_word is None
+    assert 0 < first.power_w < 700.0
+    clock.t += 2.0
+    second = sim.collect().devices[0]
+    assert second.energy_j - first.energy_j == pytest.approx(2.0 * first.power_w)
+    sim.surge(True)
+    clock.t += 1.0
+    hot = sim.collect().devices[0]
+    assert hot.throttle == ("power_cap",) and hot.throttle_word == "pwr-cap"
+    assert hot.power_w == pytest.approx(696.5)
+    assert hot.energy_j > second.energy_j
+    sim.surge(False)
+    assert sim.collect().devices[0].throttle == ()

@@ -22,7 +22,7 @@ from lpxtop.ui.palette import Palette
 from lpxtop.ui.screens import already_shown
 from lpxtop.ui.screens.help import HelpScreen
 from lpxtop.ui.widgets.alerts_bar import AlertsBar
-from lpxtop.ui.widgets.gpu_panel import GpuPanel
+from lpxtop.ui.widgets.gpu_panel import GpuPanel, energy_by_device
 from lpxtop.ui.widgets.header_bar import HeaderBar
 from lpxtop.ui.widgets.host_panel import HostPanel
 from lpxtop.ui.widgets.load_chart import SweepCharts
@@ -162,7 +162,7 @@ class LoadScreen(Screen):
         self.query_one(AlertsBar).show(snap.alerts, palette, force=force)
         gpu = self.query_one(GpuPanel)
         if gpu.display:
-            gpu.show(snap.gpu, thresholds, palette, force=force)
+            gpu.show(snap.gpu, thresholds, palette, force=force, energy=energy_by_device(snap.endpoints))
         host = self.query_one(HostPanel)
         if host.display:
             host.show(snap.host, thresholds, palette, force=force)

@@ -15,7 +15,7 @@ from lpxtop.ui.screens.confirm import ConfirmSignalScreen
 from lpxtop.ui.widgets.alerts_bar import AlertsBar
 from lpxtop.ui.widgets.endpoint_strip import EndpointStrip
 from lpxtop.ui.widgets.endpoints_table import SORT_KEYS, EndpointsTable, filter_views, sort_views
-from lpxtop.ui.widgets.gpu_panel import GpuPanel
+from lpxtop.ui.widgets.gpu_panel import GpuPanel, energy_by_device
 from lpxtop.ui.widgets.header_bar import HeaderBar, render_header
 from lpxtop.ui.widgets.host_panel import HostPanel
 from lpxtop.ui.widgets.ports_panel import PortsPanel
@@ -170,7 +170,7 @@ class MainScreen(Screen):
             self._render_endpoints(snap, palette, thresholds, force)
         gpu = self.query_one(GpuPanel)
         if gpu.display:
-            gpu.show(snap.gpu, thresholds, palette, force=force)
+            gpu.show(snap.gpu, thresholds, palette, force=force, energy=energy_by_device(snap.endpoints))
         host = self.query_one(HostPanel)
         if host.display:
             host.show(snap.host, thresholds, palette, force=force)

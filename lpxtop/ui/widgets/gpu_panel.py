@@ -1,4 +1,5 @@
-"""The GPU panel: per device utilisation, memory bar, temperature, power, and the processes on it.
+"""The GPU panel: per device utilisation, memory bar, temperature, power against its limit, the clock-throttle
+word (pwr-cap, thermal ...), joules per output token of the endpoints it serves, and the processes on it.
 
 Fields beyond the first model (power limit, MIG, lost, notes, process users) are read with getattr so
 the panel keeps working while the GPU model grows.
@@ -6,20 +7,45 @@ the panel keeps working while the GPU model grows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from rich.text import Text
 from textual.widgets import Static
 
 from lpxtop.model.gpu import GpuDevice, GpuSnapshot
-from lpxtop.ui.formatting import UNKNOWN, bar_text, fmt_bytes, fmt_pct, join_lines, level, ratio, truncate
+from lpxtop.model.snapshot import EndpointView
+from lpxtop.ui.formatting import (
+    UNKNOWN,
+    bar_text,
+    fmt_bytes,
+    fmt_joules,
+    fmt_pct,
+    join_lines,
+    level,
+    ratio,
+    truncate,
+)
 from lpxtop.ui.palette import Palette
 
 MAX_PROCESSES = 4  # per device; the rest are summed in one line
 
 
+_VENDOR_WORDS = {"nvidia": "NVIDIA", "amd": "AMD"}
+
+
+def energy_by_device(endpoints: Sequence[EndpointView]) -> dict[str, float]:
+    """Device key → joules per output token of the endpoint(s) it serves (engine/accel/energy.py)."""
+    out: dict[str, float] = {}
+    for view in endpoints:
+        energy = getattr(view, "energy", None)
+        if energy is not None and energy.joules_per_output_token is not None:
+            for key in energy.gpus:
+                out.setdefault(key, energy.joules_per_output_token)
+    return out
+
+
 def _device_lines(dev: GpuDevice, width: int, thresholds: Mapping[str, tuple[float, float]], palette: Palette,
-                  indent: str = "") -> list[Text]:
+                  indent: str = "", energy: Mapping[str, float] | None = None) -> list[Text]:
     lines: list[Text] = []
     head = Text(no_wrap=True, overflow="ellipsis")
     label = getattr(dev, "label", f"GPU {dev.index}")
@@ -27,15 +53,22 @@ def _device_lines(dev: GpuDevice, width: int, thresholds: Mapping[str, tuple[flo
     temp = f"{dev.temp_c:.0f}°C" if dev.temp_c is not None else UNKNOWN
     limit = getattr(dev, "power_limit_w", None)
     power = UNKNOWN if dev.power_w is None else (f"{dev.power_w:.0f}/{limit:.0f}W" if limit else f"{dev.power_w:.0f}W")
-    right = f" {util:>4} {temp:>5} {power:>9}"
+    word = getattr(dev, "throttle_word", None)
+    # with a throttle word the columns give up their padding, so that an 80-column panel keeps the word whole
+    cols = (f" {util}", f" {temp}", f" {power}", f" {word}") if word else (f" {util:>4}", f" {temp:>5}", f" {power:>9}")
+    right = "".join(cols)
+    vendor = _VENDOR_WORDS.get(getattr(dev, "vendor", ""), "")
+    name = dev.name if not vendor or dev.name.upper().startswith(vendor) else f"{vendor} {dev.name}"
     head.append(indent + label + " ", style="bold")
-    head.append(truncate(dev.name, max(4, width - len(indent) - len(label) - 1 - len(right))))
+    head.append(truncate(name, max(4, width - len(indent) - len(label) - 1 - len(right))))
     pad = width - head.cell_len - len(right)
     if pad > 0:
         head.append(" " * pad)
-    head.append(f" {util:>4}", style=palette.muted if dev.util_pct is None else "")
-    head.append(f" {temp:>5}", style=palette.for_level(level(dev.temp_c, "gpu_temp_c", thresholds)))
-    head.append(f" {power:>9}", style=palette.muted if dev.power_w is None else "")
+    head.append(cols[0], style=palette.muted if dev.util_pct is None else "")
+    head.append(cols[1], style=palette.for_level(level(dev.temp_c, "gpu_temp_c", thresholds)))
+    head.append(cols[2], style=palette.muted if dev.power_w is None else "")
+    if word:
+        head.append(cols[3], style=palette.warning)  # why the clocks are held down (power cap, thermal ...)
     lines.append(head)
     if getattr(dev, "lost", False):
         lines.append(Text(indent + "  GPU lost (fell off the bus): it needs a reset or a reboot", style=palette.critical))
@@ -43,6 +76,11 @@ def _device_lines(dev: GpuDevice, width: int, thresholds: Mapping[str, tuple[flo
     frac = ratio(dev.mem_used_bytes, dev.mem_total_bytes)
     mem = Text(no_wrap=True, overflow="ellipsis")
     amount = f" {fmt_bytes(dev.mem_used_bytes)}/{fmt_bytes(dev.mem_total_bytes)} {fmt_pct(frac, fraction=True):>4}"
+    joules = (energy or {}).get(dev.key) if not dev.is_mig else None
+    if joules is not None:
+        amount += f" {fmt_joules(joules)}J/tok"
+        if width - len(indent) - 6 - len(amount) < 6:  # a narrow panel: the total goes before the bar does
+            amount = f" {fmt_bytes(dev.mem_used_bytes)} {fmt_pct(frac, fraction=True):>4} {fmt_joules(joules)}J/tok"
     bar_width = max(4, width - len(indent) - 6 - len(amount))
     mem.append(indent + "  mem ", style=palette.muted)
     mem.append(bar_text(frac, bar_width), style=palette.for_level(level(frac, "gpu_mem", thresholds)))
@@ -70,8 +108,9 @@ def _device_lines(dev: GpuDevice, width: int, thresholds: Mapping[str, tuple[flo
     return lines
 
 
-def render_gpu(gpu: GpuSnapshot, width: int, thresholds: Mapping[str, tuple[float, float]], palette: Palette) -> Text:
-    """The panel's text for a content area `width` cells wide."""
+def render_gpu(gpu: GpuSnapshot, width: int, thresholds: Mapping[str, tuple[float, float]], palette: Palette,
+               energy: Mapping[str, float] | None = None) -> Text:
+    """The panel's text for a content area `width` cells wide; `energy`: energy_by_device's J/token."""
     if gpu.status != "ok" and not gpu.devices:
         return Text(f"GPU: {gpu.status}", style=palette.muted, no_wrap=True, overflow="ellipsis")
     lines: list[Text] = []
@@ -80,7 +119,7 @@ def render_gpu(gpu: GpuSnapshot, width: int, thresholds: Mapping[str, tuple[floa
     if gpu.status != "ok":
         lines.append(Text(gpu.status, style=palette.warning, no_wrap=True, overflow="ellipsis"))
     for dev in gpu.devices:
-        lines.extend(_device_lines(dev, width, thresholds, palette))
+        lines.extend(_device_lines(dev, width, thresholds, palette, energy=energy))
     if not gpu.devices:
         lines.append(Text("no GPU found", style=palette.muted))
     return join_lines(lines)
@@ -94,13 +133,14 @@ class GpuPanel(Static):
         self._key: tuple | None = None
 
     def show(self, gpu: GpuSnapshot, thresholds: Mapping[str, tuple[float, float]], palette: Palette,
-             *, force: bool = False) -> None:
+             *, force: bool = False, energy: Mapping[str, float] | None = None) -> None:
         width = self.content_size.width or 40
-        key = (gpu, width, id(palette))
+        rounded = tuple(sorted((k, round(v, 2)) for k, v in (energy or {}).items()))
+        key = (gpu, width, id(palette), rounded)
         if key == self._key and not force:
             return
         self._key = key
         subtitle = "Simulated GPU (demo)" if gpu.simulated else (getattr(gpu, "driver_version", None) or "")
         if self.border_subtitle != subtitle:  # setting it, even to the same text, repaints the whole panel
             self.border_subtitle = subtitle
-        self.update(render_gpu(gpu, width, thresholds, palette), layout=False)  # the panel's size is set by CSS
+        self.update(render_gpu(gpu, width, thresholds, palette, energy), layout=False)  # the panel's size is set by CSS
