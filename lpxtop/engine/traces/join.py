@@ -186,9 +186,9 @@ class TraceJoin:
             orphan = self._orphans.pop(trace_id, None)
             if orphan is not None:
                 pending.segments, pending.saw_spans = orphan.segments, True
-                if orphan.segments.complete:
+                if orphan.segments.complete and orphan.segments.has_latency:
                     joined.append(self._join(pending))
-                else:
+                elif not orphan.segments.complete:
                     self._settling[trace_id] = orphan.received
             if not joined:
                 self._pending[trace_id] = pending
@@ -220,7 +220,7 @@ class TraceJoin:
                     else:
                         pending.segments, dup = merge(pending.segments, segments)
                         self.counts["duplicate_segments"] += dup
-                    if pending.segments.complete:
+                    if pending.segments.complete and pending.segments.has_latency:
                         del self._pending[trace_id]
                         self._settling.pop(trace_id, None)
                         joined.append(self._join(pending))
