@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from lpxtop.engine.traces import otlp
-from lpxtop.engine.traces.context import parse_traceparent
+from lpxtop.engine.traces.context import parse_traceparent, perf_to_wall_offset_ns
 
 log = logging.getLogger("lpxtop.sim")
 
@@ -36,6 +36,7 @@ MAX_BATCH = 512  # the SDK's OTEL_BSP_MAX_EXPORT_BATCH_SIZE
 MAX_QUEUE = 2048  # the SDK's OTEL_BSP_MAX_QUEUE_SIZE
 EXPORT_TIMEOUT_S = 10.0
 SPAN_KIND_SERVER = 2
+OFFSET_REFRESH_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class SimSpanExporter:
         self._full = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._offset: tuple[int, int] | None = None  # (wall − perf offset, when it was read)
         self.counts: Counter[str] = Counter()  # spans: queued, exported, dropped_queue_full, failed
 
     async def start(self) -> None:
@@ -119,10 +121,17 @@ class SimSpanExporter:
         if len(self._queue) >= self.max_batch:
             self._full.set()
 
+    def _wall_offset_ns(self) -> int:
+        """The sim's clock is perf_counter, spans carry wall time: the offset, re-read every OFFSET_REFRESH_S
+        (the wall clock may be slewed)."""
+        now = time.perf_counter_ns()
+        if self._offset is None or now - self._offset[1] > OFFSET_REFRESH_S * 1e9:
+            self._offset = (perf_to_wall_offset_ns(), now)
+        return self._offset[0]
+
     def _span(self, t: RequestTimes, now_perf_s: float | None):
         p = self.proto
-        # the sim's clock is perf_counter; spans carry wall-clock nanoseconds
-        offset_ns = time.time_ns() - time.perf_counter_ns()
+        offset_ns = self._wall_offset_ns()
 
         def wall(perf_s: float) -> int:
             return int(perf_s * 1e9) + offset_ns
