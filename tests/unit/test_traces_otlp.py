@@ -113,3 +113,26 @@ def test_resource_key_names_the_service_and_tells_resources_apart():
     key_a = next(otlp.iter_spans(a))[0]
     key_b = next(otlp.iter_spans(b))[0]
     assert key_a.startswith("vllm#") and key_b.startswith("other#") and key_a != key_b
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def test_protobuf_nested_past_the_decoders_depth_is_a_bad_body():
+    value = _field(1, b"x")  # AnyValue.string_value
+    for _ in range(500):  # AnyValue.kvlist_value -> KeyValueList.values -> KeyValue.value -> AnyValue ...
+        value = _field(6, _field(1, _field(1, b"k") + _field(2, value)))
+    span_bytes = vllm_span(new_trace_id()).SerializeToString() + _field(9, _field(1, b"deep") + _field(2, value))
+    body = _field(1, _field(2, _field(2, span_bytes)))  # request.resource_spans.scope_spans.spans
+    with pytest.raises(otlp.BadBody):
+        otlp.parse_request(body, otlp.CONTENT_PROTOBUF)
