@@ -49,7 +49,7 @@ ENDPOINT_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
     "tool_latency": ("tool_latency_s", (int, float, str)),
     "chain_steps": ("chain_steps", int),
 }
-TOP_LEVEL_TABLES = ("endpoint", "defaults", "alerts", "ui", "engine", "exporter", "record")
+TOP_LEVEL_TABLES = ("endpoint", "defaults", "alerts", "ui", "engine", "exporter", "record", "traces")
 API_KINDS = ("chat", "completions", "dify")
 PROBE_KINDS = ("chat", "agent")
 MAX_TOOL_LATENCY_S = 60.0
@@ -188,6 +188,7 @@ class FileConfig:
     engine: dict = field(default_factory=dict)
     exporter: dict = field(default_factory=dict)  # read by lpxtop.export.settings
     record: dict = field(default_factory=dict)  # `record = true`, or the [record] table (lpxtop/record/settings.py)
+    traces: dict = field(default_factory=dict)  # the [traces] table (lpxtop/engine/traces/settings.py)
 
 
 def normalize_url(text: str) -> str:
@@ -328,6 +329,7 @@ def load_config_file(path: str | Path) -> FileConfig:
             _check_settings(table, value, locate)
         sections[table] = value
     sections["record"] = _record_section(data.get("record", {}), locate)
+    sections["traces"] = _traces_section(data.get("traces", {}), locate)
     _check_alerts(sections["alerts"], locate)
     return FileConfig(endpoints=endpoints, **sections)
 
@@ -344,6 +346,19 @@ def _record_section(value: object, locate: _Locator) -> dict:
     if problem is not None:
         key = problem.split("'")[1] if "'" in problem else None
         raise ConfigError(f"{locate('record', None, key)}: [record]: {problem}")
+    return dict(value)
+
+
+def _traces_section(value: object, locate: _Locator) -> dict:
+    """The `[traces]` table (the OTLP receiver), checked by lpxtop.engine.traces.settings."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{locate(None, None, 'traces')}: 'traces' must be a table ([traces])")
+    from lpxtop.engine.traces.settings import check_traces_table
+
+    problem = check_traces_table(value)
+    if problem is not None:
+        key = problem.split("'")[1] if "'" in problem else None
+        raise ConfigError(f"{locate('traces', None, key)}: [traces]: {problem}")
     return dict(value)
 
 
