@@ -126,3 +126,24 @@ async def test_sim_without_a_receiver_counts_failed_exports_and_keeps_serving():
             samples = [await run_probe(client, endpoint(sim.url, max_tokens=4)) for _ in range(3)]
         assert all(s.ok for s in samples)
         wait_for(lambda: sim.server.spans.counts["failed"] == 3, timeout=10.0)
+
+
+def test_sim_cli_without_opentelemetry_proto_says_what_to_install():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['opentelemetry.proto.collector.trace.v1'] = None\n"
+            "from lpxtop.sim.cli import main\n"
+            "sys.exit(main(['--port', '0', '--otlp-traces-endpoint', 'http://127.0.0.1:9/v1/traces']))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "--otlp-traces-endpoint" in result.stderr and "pip install 'lpxtop[otel]'" in result.stderr
+
+
+def test_sim_cli_refuses_a_non_http_endpoint():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "lpxtop.sim", "--port", "0", "--otlp-traces-endpoint",
+                             "127.0.0.1:4317"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "http://" in result.stderr

@@ -39,6 +39,8 @@ HEADLESS_MODULES = [
     "lpxtop.load.source",
     "lpxtop.load.report",
     "lpxtop.load.recording",
+    "lpxtop.engine.traces",  # also receiver, join, forward, settings
+    "lpxtop.engine.traces.settings",
 ]
 
 

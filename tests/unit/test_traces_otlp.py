@@ -136,3 +136,30 @@ def test_protobuf_nested_past_the_decoders_depth_is_a_bad_body():
     body = _field(1, _field(2, _field(2, span_bytes)))  # request.resource_spans.scope_spans.spans
     with pytest.raises(otlp.BadBody):
         otlp.parse_request(body, otlp.CONTENT_PROTOBUF)
+
+
+@pytest.mark.parametrize("module", ["lpxtop.cli", "lpxtop.engine.traces", "lpxtop.engine.traces.settings",
+                                    "lpxtop.sim.server", "lpxtop.engine.runner"])
+def test_importing_lpxtop_does_not_import_protobuf(module):
+    # opentelemetry-proto costs ~0.1 s of start-up: only a receiver or the sim's exporter loads it
+    import subprocess
+    import sys
+
+    code = (f"import sys, importlib; importlib.import_module({module!r}); "
+            "bad = sorted(m for m in sys.modules if m.startswith(('google.protobuf', 'opentelemetry'))); "
+            "print(','.join(bad[:5])); sys.exit(1 if bad else 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr[-300:]
+
+
+def test_missing_package_is_a_clear_message():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['opentelemetry.proto.collector.trace.v1'] = None\n"
+            "from lpxtop.engine.traces import TraceJoin, TraceReceiver, OtelUnavailable, ReceiverSettings\n"
+            "try:\n    TraceReceiver(TraceJoin(), ReceiverSettings(port=0))\n"
+            "except OtelUnavailable as exc:\n    print(exc); sys.exit(0)\nsys.exit(1)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-500:]
+    assert "pip install 'lpxtop[otel]'" in result.stdout
