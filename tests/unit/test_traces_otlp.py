@@ -163,3 +163,39 @@ def test_missing_package_is_a_clear_message():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-500:]
     assert "pip install 'lpxtop[otel]'" in result.stdout
+
+
+def _spans_of(batch) -> list:
+    return [(source, span.SerializeToString() if span is not None else None) for source, span in batch.spans()]
+
+
+def test_the_span_by_span_split_reads_what_the_full_parse_reads():
+    # the receiver's split (otlp_lazy) held to the library's own full parse, over several resources and scopes
+    from tests.traces_data import request, span
+
+    one = request(*(vllm_span(new_trace_id()) for _ in range(3)), service="a")
+    two = request(span("Load weights", new_trace_id()), vllm_span(new_trace_id(), queue=None), service="b")
+    two.resource_spans[0].scope_spans.add().spans.extend([vllm_span(new_trace_id())])
+    one.resource_spans.extend(two.resource_spans)
+    one.resource_spans.add()  # an empty resource
+    body = one.SerializeToString()
+    lazy = otlp.read_body(body, otlp.CONTENT_PROTOBUF)
+    full = otlp.parse_request(body, otlp.CONTENT_PROTOBUF)
+    assert lazy.count == otlp.count_spans(full) == 6
+    assert _spans_of(lazy) == [(source, s.SerializeToString()) for source, s in otlp.iter_spans(full)]
+
+
+def test_one_bad_span_inside_good_framing_is_none_and_the_rest_are_read():
+    good = vllm_span(new_trace_id()).SerializeToString()
+    bad = b"\x0a\x80\x80\x80"  # a trace id whose length runs past the span's end
+    scope = _field(2, good) + _field(2, bad) + _field(2, good)
+    body = _field(1, _field(2, scope))
+    with pytest.raises(otlp.BadBody):
+        otlp.parse_request(body, otlp.CONTENT_PROTOBUF)  # the full parse refuses the whole body
+    spans = [s for _, s in otlp.read_body(body, otlp.CONTENT_PROTOBUF).spans()]
+    assert [s is None for s in spans] == [False, True, False]
+
+
+def test_a_json_body_is_read_whole():
+    batch = otlp.read_body(json_body(vllm_span(new_trace_id())), otlp.CONTENT_JSON)
+    assert batch.count == 1 and len(list(batch.spans())) == 1

@@ -5,7 +5,10 @@ behind (a probe's timestamps are taken on the engine's loop). The receiver's loo
 pieces: a body is at most `max_body_bytes` (before and after gzip), at most `max_concurrent` bodies are
 read at once (more get 503 with Retry-After, which OTLP clients retry), and at most `spans_per_s` spans
 a second are read for the join (the rest are acknowledged as rejected in `partial_success`, counted,
-and still forwarded). The join is handed segments under its lock, a few hundred at a time.
+and still forwarded). A protobuf body is split into its spans in one quick library call and each span
+parsed alone (otlp.read_body), yielding to the loop every few hundred, so no single call holds the
+interpreter lock for a whole body; JSON bodies, parsed whole, are limited to 1 MiB. The join is handed
+segments under its lock, a few hundred at a time.
 benchmarks/traces_flood.py measures a probe's timestamp error while 1,000 spans/s arrive.
 
 Answers follow the OTLP specification (see otlp.py): 200 with an `ExportTraceServiceResponse`
@@ -25,6 +28,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from lpxtop.engine.traces import otlp
 from lpxtop.engine.traces.forward import SpanForwarder
@@ -36,7 +40,9 @@ log = logging.getLogger("lpxtop.traces")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4318  # OTLP/HTTP's own default port
-MAX_BODY_BYTES = 4 * 1024 * 1024  # vLLM's batches (512 spans at most) are ~250 KB
+MAX_BODY_BYTES = 4 * 1024 * 1024  # vLLM's batches (512 spans at most) are ~200 KB
+# json.loads holds the interpreter lock for the whole body (~10 ms a MiB here): JSON bodies stay small
+MAX_JSON_BODY_BYTES = 1024 * 1024
 MAX_CONCURRENT = 4
 SPANS_PER_S = 5000.0
 READ_TIMEOUT_S = 10.0
@@ -180,12 +186,18 @@ class TraceReceiverServer:
         except (asyncio.TimeoutError, TimeoutError):
             self._drop("slow_body")
             return _status(408, media, "the body did not arrive in time")
+        except (ConnectionError, HttpProcessingError):  # the client left mid-body: nobody to answer
+            self._drop("cut_body")
+            return _status(400, media, "the body was cut short")
         if len(raw) > limit:
             self._drop("too_large")
             return _status(413, media, f"the body is larger than {limit} bytes")
         try:
             body = otlp.gunzip(raw, limit) if encoding == "gzip" else raw
-            message = otlp.parse_request(body, media)
+            if media == otlp.CONTENT_JSON and len(body) > MAX_JSON_BODY_BYTES:
+                raise otlp.BodyTooLarge(f"a JSON body is limited to {MAX_JSON_BODY_BYTES} bytes; "
+                                        "send protobuf (http/protobuf) for larger batches")
+            batch = otlp.read_body(body, media)
         except otlp.BodyTooLarge as exc:
             self._drop("too_large")
             return _status(413, media, str(exc))
@@ -195,45 +207,51 @@ class TraceReceiverServer:
         if self._forwarder is not None:
             self._forwarder.offer(raw, request.headers.get("Content-Type", media),
                                   None if encoding == "identity" else encoding)
-        total = otlp.count_spans(message)
+        total = batch.count
         granted = self._bucket.take(total)
         rejected = total - granted
         if rejected:
             self._drop("rate", rejected)
-        await self._hand_over(message, granted)
+        rejected += await self._hand_over(batch, granted)
         self._count(spans=total)
-        message_text = f"{rejected} spans over lpxtop's rate limit ({self.settings.spans_per_s:g}/s)" if rejected else ""
+        message_text = f"{rejected} spans refused (over lpxtop's rate limit of {self.settings.spans_per_s:g}/s, " \
+            "or not parseable)" if rejected else ""
         return web.Response(status=200, body=otlp.success_body(media, rejected, message_text),
                             content_type=media)
 
-    async def _hand_over(self, message: object, granted: int) -> None:
-        """Read up to `granted` spans and give their segments to the join, yielding between pieces."""
-        batch: list[SpanSegments] = []
+    async def _hand_over(self, batch: otlp.SpanBatch, granted: int) -> int:
+        """Read up to `granted` spans and give their segments to the join, yielding between pieces;
+        returns how many spans could not be parsed (refused in the answer's partial_success)."""
+        pieces: list[SpanSegments] = []
         read = unrecognized = 0
         dropped: Counter[str] = Counter()
         now_ns = time.time_ns()
-        for seen, (source, span) in enumerate(otlp.iter_spans(message)):
+        for seen, (source, span) in enumerate(batch.spans()):
             if seen >= granted:
                 break
-            reading = read_span(span, source, now_ns)
-            if reading.dropped is not None:
+            reading = read_span(span, source, now_ns) if span is not None else None
+            if reading is None:
+                dropped["bad_span"] += 1
+            elif reading.dropped is not None:
                 dropped[reading.dropped] += 1
             elif reading.segments is None:
                 unrecognized += 1
             else:
                 read += 1
-                batch.append(reading.segments)
-            if reading.bad_values:
+                pieces.append(reading.segments)
+            if reading is not None and reading.bad_values:
                 dropped["bad_value"] += reading.bad_values
-            if len(batch) >= HAND_OVER:
-                self.join.add_segments(batch)
-                batch = []
+            if seen % HAND_OVER == HAND_OVER - 1:  # let the loop serve others between pieces
+                if pieces:
+                    self.join.add_segments(pieces)
+                    pieces = []
                 await asyncio.sleep(0)
-        if batch:
-            self.join.add_segments(batch)
+        if pieces:
+            self.join.add_segments(pieces)
         self._count(read=read, unrecognized=unrecognized)
         for reason, n in dropped.items():
             self._drop(reason, n)
+        return dropped["bad_span"]
 
 
 @contextlib.asynccontextmanager
