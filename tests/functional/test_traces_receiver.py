@@ -304,3 +304,16 @@ def test_one_unparseable_span_is_refused_in_partial_success_and_the_others_join(
     assert r.status_code == 200 and _response(r).partial_success.rejected_spans == 1
     assert receiver.stats().dropped == {"bad_span": 1}
     assert join.snapshot("e").probes_joined == 1
+
+
+def test_json_bodies_have_their_own_smaller_limit():
+    from lpxtop.engine.traces.receiver import MAX_JSON_BODY_BYTES
+
+    join = TraceJoin()
+    with TraceReceiver(join, ReceiverSettings(port=0)) as receiver:
+        url = f"http://127.0.0.1:{receiver.address[1]}/v1/traces"
+        spans = [vllm_span(new_trace_id()) for _ in range(400)]
+        body = json_body(*spans)
+        assert len(body) > MAX_JSON_BODY_BYTES
+        assert httpx.post(url, content=body, headers=JS, timeout=10).status_code == 413
+        assert httpx.post(url, content=protobuf_body(*spans), headers=PB, timeout=10).status_code == 200

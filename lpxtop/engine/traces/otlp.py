@@ -124,8 +124,9 @@ def _lazy_request_class() -> Any:
     The same field numbers as opentelemetry/proto/collector/trace/v1/trace_service.proto and
     trace/v1/trace.proto (request.resource_spans = 1; ResourceSpans.resource = 1, scope_spans = 2;
     ScopeSpans.spans = 2), declared as `bytes` where the real messages nest: the library splits a body
-    into its spans in one quick call (a 4 MiB body in ~5 ms against ~25 ms for a full parse, on this
-    machine), and each span is then parsed alone, so the receiver never holds the interpreter lock for
+    into its spans in one quick call (best of 7, under a load average of 12: a 4 MiB body 15.5 ms
+    against 68.6 ms for a full parse; vLLM's batch of 512 spans 0.02 ms against 0.53 ms; one span
+    4.5 µs), and each span is then parsed alone, so the receiver never holds the interpreter lock for
     a whole body's decoding while a probe waits for its bytes. tests/unit/test_traces_otlp.py holds it
     to the full parse.
     """

@@ -7,7 +7,7 @@ read at once (more get 503 with Retry-After, which OTLP clients retry), and at m
 a second are read for the join (the rest are acknowledged as rejected in `partial_success`, counted,
 and still forwarded). A protobuf body is split into its spans in one quick library call and each span
 parsed alone (otlp.read_body), yielding to the loop every few hundred, so no single call holds the
-interpreter lock for a whole body; JSON bodies, parsed whole, are limited to 1 MiB. The join is handed
+interpreter lock for a whole body; JSON bodies, parsed whole, are limited to 256 KiB. The join is handed
 segments under its lock, a few hundred at a time.
 benchmarks/traces_flood.py measures a probe's timestamp error while 1,000 spans/s arrive.
 
@@ -41,8 +41,9 @@ log = logging.getLogger("lpxtop.traces")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4318  # OTLP/HTTP's own default port
 MAX_BODY_BYTES = 4 * 1024 * 1024  # vLLM's batches (512 spans at most) are ~200 KB
-# json.loads holds the interpreter lock for the whole body (~10 ms a MiB here): JSON bodies stay small
-MAX_JSON_BODY_BYTES = 1024 * 1024
+# json.loads holds the interpreter lock for the whole body (94 ms for 850 KB here, under a load average
+# of 12): JSON bodies stay small (no server lpxtop reads sends JSON; tools and tests may)
+MAX_JSON_BODY_BYTES = 256 * 1024
 MAX_CONCURRENT = 4
 SPANS_PER_S = 5000.0
 READ_TIMEOUT_S = 10.0
