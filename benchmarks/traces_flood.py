@@ -1,15 +1,15 @@
 """A probe's timestamp error while the OTLP receiver takes a flood of spans, against none.
 
-The receiver (lpxtop/engine/traces/receiver.py) runs on its own thread and loop, in the engine's
-process: its decoding cannot block the probe loop, but it shares the interpreter lock. This script runs
-lpxtop's engine against the simulator (its own process), matches each probe to the simulator's record
-and prints measured-minus-true TTFT and ITL (|error| p50, p99, max, ms), and the process's CPU, for:
+The receiver runs either as a thread of the engine's process (TraceReceiver: its own loop, but the
+interpreter lock is shared) or in its own process (TraceReceiverProcess, what lpxtop's commands run:
+the engine's process only takes the read segments off a pipe). This script runs lpxtop's engine
+against the simulator (its own process), matches each probe to the simulator's record and prints
+measured-minus-true TTFT and ITL (|error| p50, p99, max, ms) and the engine process's CPU, for:
 
   - engine alone;
-  - engine + receiver, no spans;
-  - engine + receiver while another process POSTs `--rate` vLLM `llm_request` spans a second
-    (default 1,000, in batches of 100 every 0.1 s, protobuf), all of them read and joined;
-  - the same at 5x the rate (past the receiver's default 5,000 spans/s the rest are refused).
+  - + the receiver as a thread: idle, then while another process POSTs `--rate` vLLM `llm_request`
+    spans a second (default 1,000, in batches of 100 every 0.1 s, protobuf), all read and joined;
+  - + the receiver as a process: idle, at `--rate`, and at 5x the rate.
 
 usage: python benchmarks/traces_flood.py [--seconds 20] [--interval 0.25] [--rate 1000] [--json]
 """
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fidelity import errors, make_engine, sim_process, summary  # noqa: E402
 
-from lpxtop.engine.traces import ReceiverSettings, TraceJoin, TraceReceiver  # noqa: E402
+from lpxtop.engine.traces import ReceiverSettings, TraceJoin, TraceReceiver, TraceReceiverProcess  # noqa: E402
 
 BATCH = 100
 
@@ -60,9 +60,10 @@ def flood(url: str, rate: float, seconds: float) -> int:
     return 0
 
 
-def run(url: str, seconds: float, interval: float, *, receiver: bool, rate: float) -> dict:
+def run(url: str, seconds: float, interval: float, *, receiver: str | None, rate: float) -> dict:
     join = TraceJoin()
-    r = TraceReceiver(join, ReceiverSettings(port=0)) if receiver else None
+    kinds = {"thread": TraceReceiver, "process": TraceReceiverProcess}
+    r = kinds[receiver](join, ReceiverSettings(port=0)) if receiver else None
     flooder = None
     if r is not None:
         r.start()
@@ -98,19 +99,26 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--interval", type=float, default=0.25)
     parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--switch-interval", type=float, default=None,
+                        help="seconds (default: lpxtop's own, cli.SWITCH_INTERVAL_S, as the dashboard and once set it)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--flood", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.flood:
         return flood(args.flood, args.rate, args.seconds)
+    from lpxtop.cli import SWITCH_INTERVAL_S
+
+    sys.setswitchinterval(args.switch_interval if args.switch_interval is not None else SWITCH_INTERVAL_S)
     results = {}
     with sim_process() as base_url:
         url = base_url + "/v1"
         conditions = (
-            ("engine alone", False, 0.0),
-            ("+ receiver, idle", True, 0.0),
-            (f"+ {args.rate:g} spans/s", True, args.rate),
-            (f"+ {5 * args.rate:g} spans/s", True, 5 * args.rate),
+            ("engine alone", None, 0.0),
+            ("thread, idle", "thread", 0.0),
+            (f"thread, {args.rate:g}/s", "thread", args.rate),
+            ("process, idle", "process", 0.0),
+            (f"process, {args.rate:g}/s", "process", args.rate),
+            (f"process, {5 * args.rate:g}/s", "process", 5 * args.rate),
         )
         for label, receiver, rate in conditions:
             r = run(url, args.seconds, args.interval, receiver=receiver, rate=rate)
@@ -121,8 +129,9 @@ def main() -> int:
         print(json.dumps(results, indent=2))
         return 0
     print(f"|measured - true| in ms, {args.seconds:g} s per run, a probe every {args.interval:g} s, "
-          "simulator and flooder in their own processes")
-    print(f"{'run':<22} {'probes':>6} {'TTFT p50':>9} {'TTFT p99':>9} {'TTFT max':>9} {'ITL p99':>8} "
+          f"switch interval {sys.getswitchinterval() * 1000:g} ms, simulator and flooder in their own processes; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"{'receiver, spans':<22} {'probes':>6} {'TTFT p50':>9} {'TTFT p99':>9} {'TTFT max':>9} {'ITL p99':>8} "
           f"{'ITL max':>8} {'CPU %':>6} {'spans/s read':>13} {'dropped':>8}")
     for label, r in results.items():
         t, i = r["ttft_error_ms"], r["itl_error_ms"]

@@ -317,3 +317,49 @@ def test_json_bodies_have_their_own_smaller_limit():
         assert len(body) > MAX_JSON_BODY_BYTES
         assert httpx.post(url, content=body, headers=JS, timeout=10).status_code == 413
         assert httpx.post(url, content=protobuf_body(*spans), headers=PB, timeout=10).status_code == 200
+
+
+def test_receiver_in_its_own_process_feeds_the_join_and_stops_cleanly():
+    from lpxtop.engine.traces import TraceReceiverProcess
+
+    join = TraceJoin(wait_s=5.0)
+    receiver = TraceReceiverProcess(join, ReceiverSettings(port=0))
+    receiver.start()
+    try:
+        url = f"http://127.0.0.1:{receiver.address[1]}/v1/traces"
+        ids = [new_trace_id() for _ in range(3)]
+        for trace_id in ids:
+            join.note_request(trace_id, endpoint="e", sent_wall_ns=time.time_ns() - 10**8, client_ttft_ms=20.0)
+        assert httpx.post(url, content=protobuf_body(*(vllm_span(t) for t in ids)), headers=PB, timeout=10).status_code == 200
+        assert httpx.post(url, content=b"garbage", headers=PB, timeout=10).status_code == 400
+        wait_for(lambda: join.snapshot("e").probes_joined == 3, timeout=10)
+        wait_for(lambda: receiver.stats().spans_read == 3 and receiver.stats().dropped == {"bad_body": 1}, timeout=10)
+        process = receiver._process
+    finally:
+        receiver.stop()
+    assert not process.is_alive()
+    with pytest.raises(httpx.ConnectError):
+        httpx.post(url, content=b"", headers=PB, timeout=2)
+
+
+def test_receiver_process_port_taken_is_an_oserror():
+    from lpxtop.engine.traces import TraceReceiverProcess
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        with pytest.raises(OSError):
+            TraceReceiverProcess(TraceJoin(), ReceiverSettings(port=holder.getsockname()[1])).start()
+
+
+def test_receiver_process_that_dies_says_so():
+    from lpxtop.engine.traces import TraceReceiverProcess
+
+    receiver = TraceReceiverProcess(TraceJoin(), ReceiverSettings(port=0))
+    receiver.start()
+    try:
+        receiver._process.kill()
+        wait_for(lambda: receiver.stats().error is not None, timeout=10)
+        assert receiver.stats().listening is None
+    finally:
+        receiver.stop()

@@ -27,6 +27,7 @@ from array import array
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, finite, insert_sorted, remove_sorted
 from lpxtop.engine.traces.spans import merge
@@ -44,6 +45,14 @@ JOINED_MEMORY = 8192  # trace ids already joined, to count late duplicates inste
 
 _CHAIN_COLUMNS = ("server_ttft_ms", "queue_ms", "prefill_ms", "decode_ms", "outside_ms", "to_server_ms")
 _POPULATION_COLUMNS = ("queue_ms", "prefill_ms", "decode_ms")
+
+
+class SpanSink(Protocol):
+    """Where a receiver puts what it read: TraceJoin, or the pipe to it from a receiver's own process."""
+
+    def add_segments(self, readings: Iterable[SpanSegments]) -> None: ...
+
+    def note_receiver_drop(self, spans: int = 1) -> None: ...
 
 
 @dataclass

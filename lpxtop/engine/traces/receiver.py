@@ -32,7 +32,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from lpxtop.engine.traces import otlp
 from lpxtop.engine.traces.forward import SpanForwarder
-from lpxtop.engine.traces.join import TraceJoin
+from lpxtop.engine.traces.join import SpanSink
 from lpxtop.engine.traces.spans import read_span
 from lpxtop.model.chain import ReceiverStats, SpanSegments
 
@@ -86,7 +86,7 @@ class _TokenBucket:
 class TraceReceiverServer:
     """The receiver on the running loop (`await start()` / `await stop()`); TraceReceiver runs it in a thread."""
 
-    def __init__(self, join: TraceJoin, settings: ReceiverSettings | None = None) -> None:
+    def __init__(self, join: SpanSink, settings: ReceiverSettings | None = None) -> None:
         otlp.load()  # OtelUnavailable now, with what to install, rather than at the first body
         self.join = join
         self.settings = settings or ReceiverSettings()
@@ -279,7 +279,7 @@ class TraceReceiver:
     """The receiver on its own daemon thread and event loop: `start()` returns (host, port) once it
     listens (OSError if it cannot, otlp.OtelUnavailable without opentelemetry-proto); `stop()` joins."""
 
-    def __init__(self, join: TraceJoin, settings: ReceiverSettings | None = None) -> None:
+    def __init__(self, join: SpanSink, settings: ReceiverSettings | None = None) -> None:
         self.server = TraceReceiverServer(join, settings)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
