@@ -231,3 +231,44 @@ def test_chain_summary_json_shape():
     data = j.snapshot("e").to_json()
     for key in ("server_ttft_ms", "queue_ms", "prefill_ms", "decode_ms", "outside_ms", "to_server_ms"):
         assert set(data[key]) == {"p50", "p95", "p99", "mean", "max"}
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_EVENT = st.tuples(st.sampled_from(["note", "span", "piece", "empty", "tick", "drop"]), st.integers(0, 7),
+                   st.floats(0.0, 40.0))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_EVENT, max_size=60))
+def test_any_order_of_notes_spans_and_time_accounts_for_every_request(events):
+    clock = Clock()
+    j = make(clock, wait_s=30.0, settle_s=2.0)
+    ids = [f"{i:032x}" for i in range(1, 9)]
+    noted: set[str] = set()
+    for kind, i, dt in events:
+        t = ids[i]
+        if kind == "note":
+            if t not in noted:
+                noted.add(t)
+            note(j, t)
+        elif kind == "span":
+            j.add_segments([seg(t)])
+        elif kind == "piece":
+            j.add_segments([seg(t, queue=3.0, prefill=None, decode=None, ttft=None, complete=False, server="sglang")])
+        elif kind == "empty":
+            j.add_segments([seg(t, queue=None, prefill=None, decode=None, ttft=None)])
+        elif kind == "drop":
+            j.note_receiver_drop(1)
+        else:
+            clock.t += dt
+    summary = j.snapshot("e")
+    assert summary.probes_joined + summary.probes_unjoined + summary.probes_pending == len(noted)
+    assert sum(summary.unjoined_reasons.values()) == summary.probes_unjoined
+    for r in summary.recent:
+        if r.outside_ms is not None:
+            assert r.server_ttft_ms + r.outside_ms == pytest.approx(r.client_ttft_ms, abs=1e-9)
+    clock.t += 100.0
+    final = j.snapshot("e")
+    assert final.probes_pending == 0
