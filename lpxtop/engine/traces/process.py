@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import signal
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -171,10 +172,12 @@ class _PipeSink:
 
 def _child_main(settings: ReceiverSettings, conn: Any) -> None:
     """The child process: serve until told to stop or the parent's end of the pipe closes."""
-    try:
-        asyncio.run(_serve(settings, conn))
-    except KeyboardInterrupt:  # the terminal's Ctrl-C reaches the child too; the parent stops it
-        pass
+    # The terminal's Ctrl-C reaches the whole process group: the parent decides when the child stops.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Nothing on the terminal the dashboard draws on: the child's log records go nowhere (its counts,
+    # errors included, reach the parent as ReceiverStats).
+    logging.getLogger().addHandler(logging.NullHandler())
+    asyncio.run(_serve(settings, conn))
 
 
 async def _serve(settings: ReceiverSettings, conn: Any) -> None:
