@@ -49,7 +49,7 @@ ENDPOINT_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
     "tool_latency": ("tool_latency_s", (int, float, str)),
     "chain_steps": ("chain_steps", int),
 }
-TOP_LEVEL_TABLES = ("endpoint", "defaults", "alerts", "ui", "engine", "exporter", "record", "otlp")
+TOP_LEVEL_TABLES = ("endpoint", "defaults", "alerts", "ui", "engine", "exporter", "record", "otlp", "traces")
 API_KINDS = ("chat", "completions", "dify")
 PROBE_KINDS = ("chat", "agent")
 MAX_TOOL_LATENCY_S = 60.0
@@ -189,6 +189,7 @@ class FileConfig:
     exporter: dict = field(default_factory=dict)  # read by lpxtop.export.settings
     record: dict = field(default_factory=dict)  # `record = true`, or the [record] table (lpxtop/record/settings.py)
     otlp: dict = field(default_factory=dict)  # OpenTelemetry export, read by lpxtop.otel.settings
+    traces: dict = field(default_factory=dict)  # the [traces] table (lpxtop/engine/traces/settings.py)
 
 
 def normalize_url(text: str) -> str:
@@ -330,6 +331,7 @@ def load_config_file(path: str | Path) -> FileConfig:
         sections[table] = value
     sections["record"] = _record_section(data.get("record", {}), locate)
     sections["otlp"] = _otlp_section(data.get("otlp", {}), locate)
+    sections["traces"] = _traces_section(data.get("traces", {}), locate)
     _check_alerts(sections["alerts"], locate)
     return FileConfig(endpoints=endpoints, **sections)
 
@@ -359,6 +361,19 @@ def _otlp_section(value: object, locate: _Locator) -> dict:
     if problem is not None:
         key = problem.split("'")[1] if "'" in problem else None
         raise ConfigError(f"{locate('otlp', None, key)}: [otlp]: {problem}")
+    return dict(value)
+
+
+def _traces_section(value: object, locate: _Locator) -> dict:
+    """The `[traces]` table (the OTLP receiver), checked by lpxtop.engine.traces.settings."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{locate(None, None, 'traces')}: 'traces' must be a table ([traces])")
+    from lpxtop.engine.traces.settings import check_traces_table
+
+    problem = check_traces_table(value)
+    if problem is not None:
+        key = problem.split("'")[1] if "'" in problem else None
+        raise ConfigError(f"{locate('traces', None, key)}: [traces]: {problem}")
     return dict(value)
 
 

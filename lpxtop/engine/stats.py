@@ -116,7 +116,7 @@ class EndpointWindow:
         apart = sample.client_limited and not self.include_client_limited
         arrays = self._limited if apart else self._sorted
         self._counted[apart] += 1 if insert else -1
-        change = _insert if insert else _remove
+        change = insert_sorted if insert else remove_sorted
         for name in _MEASURES:
             value = _measure(sample, name)
             if value is not None:
@@ -247,12 +247,14 @@ class _Summary:
 _MEASURES = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tokens_per_s", "output_tokens")
 
 
-def _insert(values: array[float], value: float) -> None:
+def insert_sorted(values: array[float], value: float) -> None:
+    """Put `value` in its place in ascending `values` (NaN is left out)."""
     if value == value:  # NaN has no place in an order: leave it out rather than corrupt the list
         insort(values, value)
 
 
-def _remove(values: array[float], value: float) -> None:
+def remove_sorted(values: array[float], value: float) -> None:
+    """Take one `value` out of ascending `values`, if it is there."""
     i = bisect_left(values, value)
     if i < len(values) and values[i] == value:
         del values[i]

@@ -8,6 +8,7 @@ import contextlib
 import signal
 import sys
 
+from lpxtop.engine.traces.otlp import OtelUnavailable
 from lpxtop.sim.config import SimConfig, parse_background_load, parse_wave_load
 from lpxtop.sim.server import SimServer
 from lpxtop.sim.tools import TOOL_CALL_SHAPES
@@ -86,6 +87,15 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         help="how long the simulated Dify app's tool takes, ms (POST /v1/chat-messages) (default: %(default)s)",
     )  # fmt: skip
     parser.add_argument(
+        "--otlp-traces-endpoint", default=None, metavar="URL",
+        help="send one `llm_request` span per finished request to this OTLP/HTTP URL, as vLLM does "
+        "(e.g. http://127.0.0.1:4318/v1/traces; needs pip install 'lpxtop[otel]') (default: off)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--otlp-schedule-delay-ms", type=float, default=d.otlp_schedule_delay_s * 1000.0, metavar="MS",
+        help="how often a batch of spans leaves, like OTEL_BSP_SCHEDULE_DELAY (default: %(default)g)",
+    )  # fmt: skip
+    parser.add_argument(
         "--seed",
         type=int,
         default=d.seed,
@@ -111,6 +121,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         tool_call_shape=args.tool_call_shape,
         tool_fault_rate=args.tool_fault_rate,
         dify_tool_latency_ms=args.dify_tool_latency_ms,
+        otlp_traces_endpoint=args.otlp_traces_endpoint or None,
+        otlp_schedule_delay_s=args.otlp_schedule_delay_ms / 1000.0,
     )
 
 
@@ -131,6 +143,9 @@ async def _serve(config: SimConfig, host: str, port: int) -> int:
     server = SimServer(config)
     try:
         bound = await server.start(host, port)
+    except OtelUnavailable as exc:
+        print(f"lpxtop sim: --otlp-traces-endpoint: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(
             f"lpxtop sim: cannot listen on {host}:{port} ({exc.strerror or exc}). "
@@ -145,6 +160,8 @@ async def _serve(config: SimConfig, host: str, port: int) -> int:
             loop.add_signal_handler(sig, stop.set)
     url_host = f"[{host}]" if ":" in host else host
     print(f"lpxtop sim: serving {config.model} on http://{url_host}:{bound}/v1", flush=True)
+    if config.otlp_traces_endpoint:
+        print(f"lpxtop sim: sending request spans to {config.otlp_traces_endpoint}", flush=True)
     try:
         await stop.wait()
     finally:

@@ -66,6 +66,10 @@ class SimConfig:
     dify_decision_tokens: int = 8  # tokens of the Dify app's tool-deciding round
     dify_answer_tokens: int = 16  # tokens of its answer
     dify_tool_latency_ms: float = 20.0  # how long its tool takes
+    # OpenTelemetry out, as vLLM's --otlp-traces-endpoint: one `llm_request` span per finished request
+    # POSTed (OTLP/HTTP protobuf) to this URL, batched every `otlp_schedule_delay_s` (sim/spans.py)
+    otlp_traces_endpoint: str | None = None
+    otlp_schedule_delay_s: float = 0.5
 
     # Start-up faults (see faults.Faults for the meaning of each).
     rate_limit: bool = False
@@ -109,6 +113,10 @@ class SimConfig:
             raise ValueError("tool_fault_rate must be between 0 and 1")
         if self.tool_chars_per_token < 1 or self.dify_decision_tokens < 1 or self.dify_answer_tokens < 1:
             raise ValueError("tool_chars_per_token, dify_decision_tokens and dify_answer_tokens must be at least 1")
+        if self.otlp_traces_endpoint is not None and not self.otlp_traces_endpoint.startswith(("http://", "https://")):
+            raise ValueError("otlp_traces_endpoint must be an http:// or https:// URL (OTLP/HTTP)")
+        if not 0.0 < self.otlp_schedule_delay_s <= 60.0:
+            raise ValueError("otlp_schedule_delay_s must be above 0 and at most 60")
         self.max_model_len = max(2, min(self.max_model_len, self.kv_tokens))
 
 

@@ -14,6 +14,7 @@ import itertools
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lpxtop.sim.config import SimConfig, load_function
@@ -57,8 +58,10 @@ class SimRequest:
     virtual: bool = False
     closed_loop: bool = False  # a wave-load client's request: the client asks again when it ends
     first_token_delay_s: float = 0.0
-    arrival_s: float = field(default_factory=time.perf_counter)
+    arrival_s: float = field(default_factory=time.perf_counter)  # entered the engine (vLLM's queued_ts)
     events: asyncio.Queue | None = None
+    received_s: float | None = None  # the HTTP front end received it (vLLM's arrival_time); None: virtual
+    traceparent: str | None = None  # the request's W3C header, for its span (sim/spans.py)
 
     state: str = "new"  # new | waiting | prefill | running | finished
     generated: int = 0
@@ -98,6 +101,8 @@ class Engine:
         self._started_s = time.perf_counter()
         self._waves: deque[Wave] = deque(maxlen=_MAX_WAVES)
         self._stopping = False
+        # called with (request, finish time) for each request that completes (SimServer: records, spans)
+        self.on_complete: Callable[[SimRequest, float], None] | None = None
 
     @property
     def requests_running(self) -> int:
@@ -325,6 +330,8 @@ class Engine:
         m.h_prompt_tokens.observe(len(request.prompt))
         m.h_generation_tokens.observe(request.generated)
         m.h_num_preemptions.observe(request.num_preemptions)
+        if self.on_complete is not None:
+            self.on_complete(request, now)
         request.emit(("tokens", 1, now, request.finish_reason))
 
     def _release(self, request: SimRequest) -> None:

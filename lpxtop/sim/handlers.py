@@ -239,6 +239,8 @@ class SimHandlers:
             finish_reason=reason,
             first_token_delay_s=faults.first_token_delay_ms / 1000.0,
             events=asyncio.Queue(),
+            received_s=record.t_received_ns / 1e9,
+            traceparent=request.headers.get("traceparent"),
         )
         if not self.server.engine.submit(sim_request):
             raise RequestRejected(

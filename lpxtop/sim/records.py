@@ -48,6 +48,15 @@ class SimRecord:
     finish_reason: str | None = None
     events: list[tuple[int, str, int]] = field(default_factory=list)
     t_done_ns: int | None = None
+    # The engine's own view of a completed request (ms), as vLLM's span reports it (sim/spans.py):
+    # queue = scheduled - entered the engine, prefill = first token - scheduled, decode = last - first
+    # token, ttft and e2e from the front end's receipt. None until the request completes.
+    server_queue_ms: float | None = None
+    server_prefill_ms: float | None = None
+    server_decode_ms: float | None = None
+    server_ttft_ms: float | None = None
+    server_e2e_ms: float | None = None
+    trace_id: str | None = None  # from the request's traceparent (None: none, or invalid)
 
     @property
     def tokens_sent(self) -> int:
@@ -74,6 +83,12 @@ class SimRecord:
             "finish_reason": self.finish_reason,
             "events": [list(e) for e in self.events],
             "t_done_ns": self.t_done_ns,
+            "server_queue_ms": self.server_queue_ms,
+            "server_prefill_ms": self.server_prefill_ms,
+            "server_decode_ms": self.server_decode_ms,
+            "server_ttft_ms": self.server_ttft_ms,
+            "server_e2e_ms": self.server_e2e_ms,
+            "trace_id": self.trace_id,
         }
 
 

@@ -8,12 +8,14 @@ from typing import Any
 
 from aiohttp import web
 
+from lpxtop.engine.traces.context import parse_traceparent
 from lpxtop.sim.config import SimConfig
-from lpxtop.sim.engine import Engine
+from lpxtop.sim.engine import Engine, SimRequest
 from lpxtop.sim.faults import FaultState
 from lpxtop.sim.handlers import SimHandlers
 from lpxtop.sim.metrics import SimMetrics
 from lpxtop.sim.records import RecordStore, SimRecord
+from lpxtop.sim.spans import RequestTimes, SimSpanExporter
 from lpxtop.sim.text import WordSource
 
 # Long enough for handlers to finish writing, short enough that stopping a sim with a stalled stream
@@ -40,6 +42,8 @@ class SimServer:
         self.host = "127.0.0.1"
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
+        self.spans: SimSpanExporter | None = None  # with config.otlp_traces_endpoint
+        self.engine.on_complete = self._completed
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Bind and serve; returns the bound port (a free one when port is 0). Raises OSError if taken."""
@@ -56,6 +60,10 @@ class SimServer:
         try:
             site = web.TCPSite(runner, host, port)
             await site.start()
+            if self.config.otlp_traces_endpoint:  # raises OtelUnavailable without opentelemetry-proto
+                self.spans = SimSpanExporter(self.config.otlp_traces_endpoint,
+                                             schedule_delay_s=self.config.otlp_schedule_delay_s)
+                await self.spans.start()
         except BaseException:
             await runner.cleanup()
             raise
@@ -69,9 +77,32 @@ class SimServer:
     async def stop(self) -> None:
         """Stop the engine (in-flight requests end as aborted) and close the listener and connections."""
         await self.engine.stop()
+        if self.spans is not None:
+            spans, self.spans = self.spans, None
+            await spans.stop()
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
+
+    def _completed(self, request: SimRequest, now: float) -> None:
+        """A request completed in the engine: its server-side times into its record, its span out."""
+        received = request.received_s if request.received_s is not None else request.arrival_s
+        scheduled = request.scheduled_s if request.scheduled_s is not None else request.arrival_s
+        times = RequestTimes(
+            request_id=request.request_id, arrival_s=received, queued_s=request.arrival_s, scheduled_s=scheduled,
+            first_token_s=request.first_token_s if request.first_token_s is not None else now, last_token_s=now,
+            prompt_tokens=len(request.prompt), completion_tokens=request.generated, max_tokens=request.max_tokens,
+            traceparent=request.traceparent,
+        )
+        record = None if request.virtual else self.record_store.get(request.request_id)
+        if record is not None:
+            record.server_queue_ms, record.server_prefill_ms = times.queue_ms, times.prefill_ms
+            record.server_decode_ms, record.server_ttft_ms = times.decode_ms, times.ttft_ms
+            record.server_e2e_ms = times.e2e_ms
+            parent = parse_traceparent(request.traceparent)
+            record.trace_id = parent.trace_id if parent else None
+        if self.spans is not None:
+            self.spans.add(times)
 
     def set_faults(self, count: int | None = None, **faults: Any) -> None:
         """Change faults at run time (see lpxtop/sim/faults.py); count=N: only the next N requests."""

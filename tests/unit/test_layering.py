@@ -41,6 +41,8 @@ HEADLESS_MODULES = [
     "lpxtop.load.recording",
     "lpxtop.otel.cli",
     "lpxtop.otel.pipeline",  # also spans, measures, aggregate, semconv, settings
+    "lpxtop.engine.traces",  # also receiver, join, forward, settings
+    "lpxtop.engine.traces.settings",
 ]
 
 
