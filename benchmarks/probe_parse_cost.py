@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lpxtop.engine import probe  # noqa: E402
+from lpxtop.engine.probe import stream as probe  # noqa: E402
 
 
 def vllm_like_reads(tokens: int, empty_share: float, rng: random.Random) -> list[bytes]:

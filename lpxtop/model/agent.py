@@ -43,7 +43,7 @@ class AgentStep:
     tool_calls: int = 0  # tool calls in call 1's answer
     args_valid_json: bool | None = None  # None: no tool call to judge
     args_valid_schema: bool | None = None  # None: not judged (invalid JSON, or no schema known)
-    quirks: tuple[str, ...] = ()  # stream shapes worth knowing (see engine/agent/toolcalls.py)
+    quirks: tuple[str, ...] = ()  # stream shapes worth knowing (see engine/probe/toolcalls.py)
     call1_ttft_ms: float | None = None
     time_to_tool_name_ms: float | None = None
     time_to_tool_call_ms: float | None = None
@@ -59,7 +59,7 @@ class AgentStep:
     time_to_observation_ms: float | None = None  # the app's tool returned (its observation arrived)
     app_latency_ms: float | None = None  # message_end's metadata.usage.latency: the app's own figure
     client_latency_ms: float | None = None  # message_end's arrival at lpxtop
-    client_limited: bool = False  # lpxtop itself was late while the step ran (engine/clientlimit.py), as for probes
+    client_limited: bool = False  # lpxtop itself was late while the step ran (engine/probe/clientlimit.py), as for probes
 
     @property
     def ok(self) -> bool:

@@ -86,7 +86,7 @@ class Sample:
     finish_reason: str | None = None
     retry_after_s: float | None = None
     end_wall_time: float | None = None  # time.time() when the probe ended (None: when it began)
-    client_limited: bool = False  # lpxtop itself was late while it ran (loop lag or CPU wait): see engine/clientlimit.py
+    client_limited: bool = False  # lpxtop itself was late while it ran (loop lag or CPU wait): see engine/probe/clientlimit.py
     # lpxtop's own wait for a free connection of its pool before sending (not in TTFT); None: no request got a slot
     pool_wait_ms: float | None = None
     redirected_to: str | None = None  # the final URL when the server redirected the probe (query string left out)

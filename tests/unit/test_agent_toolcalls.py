@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lpxtop.engine.agent.stream import ChatEvents, is_token_event
-from lpxtop.engine.agent.toolcalls import ToolCallAssembler
+from lpxtop.engine.probe.toolcalls import ToolCallAssembler
 from lpxtop.engine.sse import SseParser
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "toolcalls"

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lpxtop.engine import probe
+from lpxtop.engine.probe import stream as probe
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import ERROR_KINDS
 from tests.conftest import FIXTURES

@@ -23,9 +23,9 @@ import time
 
 from lpxtop.engine.agent.schema import validate
 from lpxtop.engine.agent.stream import CallOutcome, ChatEvents, measured_post
-from lpxtop.engine.agent.toolcalls import ToolCall
 from lpxtop.engine.agent.tools import ToolSet, conversation
 from lpxtop.engine.httpclient import HttpClient
+from lpxtop.engine.probe.toolcalls import ToolCall
 from lpxtop.model.agent import AgentStep
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.textsafe import scrub

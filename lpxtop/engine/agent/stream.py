@@ -17,10 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from lpxtop.engine.agent.toolcalls import ToolCallAssembler
-from lpxtop.engine.errors import classify_exception
 from lpxtop.engine.httpclient import ConnectTimeout, HttpClient, HttpTimeout, PoolTimeout, Timeout
-from lpxtop.engine.probe import (
+from lpxtop.engine.probe.errors import classify_exception
+from lpxtop.engine.probe.stream import (
     DRAIN_MAX_BYTES,
     DRAIN_TIMEOUT_S,
     ERROR_BODY_TIMEOUT_S,
@@ -31,6 +30,7 @@ from lpxtop.engine.probe import (
     _Watchdog,
     request_headers,
 )
+from lpxtop.engine.probe.toolcalls import ToolCallAssembler
 from lpxtop.engine.sse import SseParser
 from lpxtop.model.endpoint import EndpointConfig
 

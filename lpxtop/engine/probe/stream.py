@@ -27,7 +27,6 @@ from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit
 
 from lpxtop import textsafe
-from lpxtop.engine.errors import classify_exception, http_error_kind
 from lpxtop.engine.httpclient import (
     BodyTooLarge,
     ConnectTimeout,
@@ -38,6 +37,7 @@ from lpxtop.engine.httpclient import (
     Response,
     Timeout,
 )
+from lpxtop.engine.probe.errors import classify_exception, http_error_kind
 from lpxtop.engine.server_kinds import auth_headers
 from lpxtop.engine.sse import BOM, SseParser
 from lpxtop.model.endpoint import EndpointConfig
