@@ -21,11 +21,11 @@ import json
 import secrets
 import time
 
-from lpxtop.engine.agent.schema import validate
+from lpxtop.engine.agent.schema import MAX_JSON_DEPTH, deeper_than, validate
 from lpxtop.engine.agent.stream import CallOutcome, ChatEvents, measured_post
 from lpxtop.engine.agent.tools import ToolSet, conversation
 from lpxtop.engine.httpclient import HttpClient
-from lpxtop.engine.probe.toolcalls import ToolCall
+from lpxtop.engine.probe.toolcalls import MAX_ARGUMENT_CHARS, ToolCall
 from lpxtop.model.agent import AgentStep
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.textsafe import scrub
@@ -171,14 +171,22 @@ def _judge(calls: list[ToolCall], tools: ToolSet, finish_reason: str | None) -> 
     problem: tuple[str, str] | None = None
     for call in calls[:MAX_TOOL_CALLS_RUN]:
         text = call.arguments_text
-        try:
-            arguments = json.loads(text) if text.strip() else {}
-        except ValueError as exc:
+        unusable = _unusable(call, text)
+        if unusable is None:
+            try:
+                arguments = json.loads(text) if text.strip() else {}
+            except RecursionError:
+                unusable = f"arguments nested deeper than {MAX_JSON_DEPTH} levels: not judged"
+            except ValueError as exc:
+                why = "cut by max_tokens" if finish_reason == "length" else str(exc)
+                unusable = f"arguments are not valid JSON ({why}): {scrub(text)[:80]!r}"
+            else:
+                if deeper_than(arguments):
+                    unusable = f"arguments nested deeper than {MAX_JSON_DEPTH} levels: not judged"
+        if unusable is not None:
             verdict["args_valid_json"] = False
             verdict["args_valid_schema"] = None
-            why = "cut by max_tokens" if finish_reason == "length" else str(exc)
-            problem = problem or ("bad_tool_args", f"{call.name or '?'}: arguments are not valid JSON ({why}): "
-                                                   f"{scrub(text)[:80]!r}")
+            problem = problem or ("bad_tool_args", f"{scrub(call.name) or '?'}: {unusable}")
             results.append(json.dumps({"error": "the arguments were not valid JSON"}))
             echoed.append("{}")
             continue
@@ -204,3 +212,13 @@ def _judge(calls: list[ToolCall], tools: ToolSet, finish_reason: str | None) -> 
     if problem is not None:
         verdict["error_kind"], verdict["error_message"] = problem
     return verdict, results, echoed
+
+
+def _unusable(call: ToolCall, text: str) -> str | None:
+    """Why a call's arguments cannot be judged before parsing them (lpxtop's bounds), or None."""
+    if call.truncated:
+        return (f"arguments longer than {MAX_ARGUMENT_CHARS} characters (lpxtop keeps no more, all calls "
+                f"together): cut, so not judged")
+    if call.too_deep:
+        return f"arguments nested deeper than {MAX_JSON_DEPTH} levels: not judged"
+    return None

@@ -217,7 +217,7 @@ class ChatEvents:
             return  # an empty `data:` heartbeat
         try:
             obj = json.loads(data)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise _ProbeError("bad_json", f"unparseable event: {_short(data)[:80]} ({exc})") from None
         if not isinstance(obj, dict):
             raise _ProbeError("bad_json", f"event is not a JSON object: {_short(data)[:80]}")
