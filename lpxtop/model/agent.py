@@ -13,11 +13,30 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from lpxtop.model.probe import Percentiles
 
 # The model answered, but not as an agent needs: counted and shown, yet the endpoint is up.
 BEHAVIOUR_KINDS = ("no_tool_call", "bad_tool_args", "tool_args_schema", "unknown_tool")
+
+
+@dataclass(frozen=True)
+class CallTrace:
+    """One request of a step as it went out: the trace context it carried (`traceparent`) and when.
+
+    `trace_id`/`span_id` are the W3C ids lpxtop sent (engine/probe/tracecontext.py), so a server's own
+    spans of this call can be found; `sent_wall_ns` is time.time_ns() as the request counted as sent.
+    """
+
+    trace_id: str
+    span_id: str
+    sent_wall_ns: int
+
+    @classmethod
+    def of(cls, outcome: Any) -> CallTrace:
+        """From a measured stream's outcome (engine/probe/stream.py `StreamOutcome`)."""
+        return cls(trace_id=outcome.trace.trace_id, span_id=outcome.trace.span_id, sent_wall_ns=outcome.sent_wall_ns)
 
 
 @dataclass(frozen=True)
@@ -60,6 +79,8 @@ class AgentStep:
     app_latency_ms: float | None = None  # message_end's metadata.usage.latency: the app's own figure
     client_latency_ms: float | None = None  # message_end's arrival at lpxtop
     client_limited: bool = False  # lpxtop itself was late while the step ran (engine/probe/clientlimit.py), as for probes
+    # The requests sent, in order (call 1, then call 2; Dify: its one request): trace context and send time
+    calls: tuple[CallTrace, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -90,6 +90,11 @@ class Sample:
     # lpxtop's own wait for a free connection of its pool before sending (not in TTFT); None: no request got a slot
     pool_wait_ms: float | None = None
     redirected_to: str | None = None  # the final URL when the server redirected the probe (query string left out)
+    # The W3C trace context the request carried (`traceparent`, engine/probe/tracecontext.py): lpxtop's client
+    # span, so the server's own spans of this request can be joined to it
+    trace_id: str | None = None
+    span_id: str | None = None
+    sent_wall_ns: int | None = None  # time.time_ns() at start_ns (the wall clock as the request counted as sent)
 
     @property
     def itl_ms(self) -> tuple[float, ...]:
@@ -140,7 +145,7 @@ ERROR_KINDS = (
     "stream_cut",
     "bad_json",
     "error_event",
-    "not_streamed",  # one JSON body (or a page) instead of an event stream: see probe._body_error
+    "not_streamed",  # one JSON body (or a page) instead of an event stream: see engine/probe/reads.py body_error
     "empty",
     "other",
 )
