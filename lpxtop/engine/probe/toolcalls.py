@@ -23,6 +23,7 @@ The assembler only reassembles; `lpxtop.engine.agent.step` judges the result (va
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 PLACEHOLDER_ARGS = "{}"
@@ -31,6 +32,7 @@ PLACEHOLDER_ARGS = "{}"
 # cannot grow lpxtop's memory). The step judges a truncated call a `bad_tool_args` (engine/agent/step.py).
 MAX_ARGUMENT_CHARS = 1 << 20
 MAX_CALLS = 64
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -66,7 +68,7 @@ class ToolCall:
         """The arguments, with surrogate halves split across fragments joined back into characters."""
         self.settle()
         text = self.arguments
-        if any("\ud800" <= ch <= "\udfff" for ch in text):
+        if _SURROGATE.search(text):
             text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
         return text
 
