@@ -134,6 +134,9 @@ ENDINGS: dict[str, tuple[str | None, Callable[[Dialect], list[bytes] | None], st
     "finish_reason abort": ("error_event", lambda d: [*d.opening(), d.finish("abort"), DONE] if d.finish else None,
                             "chunked"),
     "SSE event: error": ("error_event", lambda d: [*d.opening(), event(ERROR, "error")], "chunked"),
+    # a gateway's error before the first event, then a whole answer: an error, not a Dify step's `no_tool_call`
+    "SSE event: error, then the answer": ("error_event", lambda d: [event(ERROR, "error"), *d.opening(), *d.end],
+                                          "chunked"),
     "error object beside the answer": ("error_event", lambda d: [*d.opening(), d.error_beside_answer, *d.end],
                                        "chunked"),
     "error object alone": ("error_event", lambda d: [*d.opening(), event({"error": ERROR})], "chunked"),
