@@ -3,7 +3,7 @@
 
 The engine flags a probe `client_limited` when, while it ran, its loop ran a timer late by more than
 CLIENT_LAG_LIMIT_NS or its thread spent more than CLIENT_CPU_WAIT_SHARE of the probe's time waiting
-for a CPU (engine/runner.py `client_was_late`, engine/clientlimit.py). This script measures both per probe, so the limits can be
+for a CPU (engine/runner.py `client_was_late`, engine/probe/clientlimit.py). This script measures both per probe, so the limits can be
 chosen from figures, in three conditions:
 
   quiet      the headless engine watching 4 simulated servers (own processes, background load)
@@ -39,7 +39,7 @@ from lpxtop import cli  # noqa: E402
 from lpxtop.assemble import build_engine  # noqa: E402
 from lpxtop.config import endpoints_from_urls  # noqa: E402
 from lpxtop.engine import runner  # noqa: E402
-from lpxtop.engine.clientlimit import LAG_TICK_S, LoopLag  # noqa: E402
+from lpxtop.engine.probe.clientlimit import LAG_TICK_S, LoopLag  # noqa: E402
 
 WARM_UP_S = 3.0
 

@@ -1,8 +1,8 @@
-"""The probe's own CPU per read of a stream, with no socket: what `_LazyEvents` and the event handling cost.
+"""The probe's own CPU per read of a stream, with no socket: what `BatchedReads` and the chunk rule cost.
 
 A streamed probe pays, per read, the event loop's wake-up (see read_floor.py) plus lpxtop's own work on
-the bytes: the sink `Response.feed` calls (`_LazyEvents.take`) and, in batches, the SSE parser and the
-token-event rule. This script measures only the second part, in-process and single-threaded, so it is
+the bytes: the sink `Response.feed` calls (`BatchedReads.take`, engine/probe/reads.py) and, in batches,
+the SSE parser and the chunk rule (`ChunkSink`, engine/probe/chunks.py). This script measures only the second part, in-process and single-threaded, so it is
 steady on a busy machine: it feeds streams shaped like vLLM's (a role chunk, N content chunks of which
 a share are `"content": ""`, a finish chunk, a usage chunk, `[DONE]`; one event per read, as a server
 writes them) through the probe's real sink, and prints CPU per read (`time.process_time_ns`, best of
@@ -23,7 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lpxtop.engine import probe  # noqa: E402
+from lpxtop.engine.probe.chunks import ChunkSink  # noqa: E402
+from lpxtop.engine.probe.reads import BatchedReads  # noqa: E402
+from lpxtop.engine.probe.stream import Watchdog  # noqa: E402
 
 
 def vllm_like_reads(tokens: int, empty_share: float, rng: random.Random) -> list[bytes]:
@@ -49,13 +51,13 @@ def vllm_like_reads(tokens: int, empty_share: float, rng: random.Random) -> list
 
 
 async def measure(streams: list[list[bytes]]) -> tuple[int, int]:
-    """(CPU ns, reads) to take every stream through a fresh _LazyEvents, as Response.feed would."""
+    """(CPU ns, reads) to take every stream through a fresh BatchedReads, as Response.feed would."""
     reads = 0
     began = time.process_time_ns()
     for stream in streams:
-        m = probe._Measure(start_ns=0, wall_time=0.0)
-        watchdog = probe._Watchdog()
-        events = probe._LazyEvents(m, 200, watchdog, 10**18)
+        sink = ChunkSink()
+        watchdog = Watchdog()
+        events = BatchedReads(sink, watchdog, 10**18)
         t = 1
         for chunk in stream:
             reads += 1
@@ -64,7 +66,7 @@ async def measure(streams: list[list[bytes]]) -> tuple[int, int]:
                 break
         events.catch_up()
         watchdog.disarm()
-        assert m.done and len(m.token_ns) >= 1
+        assert sink.done and len(sink.token_ns) >= 1
     return time.process_time_ns() - began, reads
 
 

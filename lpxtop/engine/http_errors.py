@@ -2,7 +2,7 @@
 
 In a module of their own so that the client's helpers (content decoding, proxies, redirects) raise the
 same classes without importing the client. Errors caused by the network are raised `from` the OSError
-or ssl error underneath, so `lpxtop.engine.errors` finds refused/dns/tls in the exception chain.
+or ssl error underneath, so `lpxtop.engine.probe.errors` finds refused/dns/tls in the exception chain.
 """
 
 from __future__ import annotations

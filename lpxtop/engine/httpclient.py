@@ -52,7 +52,7 @@ What it does:
 
 Not done: HTTP/2, cookies, https proxies (TLS to the proxy itself), authentication schemes.
 Errors are `HttpError` subclasses (`http_errors.py`) raised `from` the OSError or ssl error underneath,
-so `lpxtop.engine.errors` finds refused/dns/tls in the exception chain.
+so `lpxtop.engine.probe.errors` finds refused/dns/tls in the exception chain.
 """
 
 from __future__ import annotations

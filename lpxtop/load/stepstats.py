@@ -46,6 +46,10 @@ class RequestRecord:
     prompt_tokens: int | None
     token_events: int
     lag_ms: float  # the most the generator's loop was late while this request was in flight
+    # The W3C trace context the request carried (engine/probe/tracecontext.py), and the wall clock as it was sent
+    trace_id: str | None = None
+    span_id: str | None = None
+    sent_wall_ns: int | None = None
 
     @classmethod
     def of(cls, sample: Sample, end_ns: int, lag_ms: float, phase: str) -> RequestRecord:
@@ -67,6 +71,9 @@ class RequestRecord:
             prompt_tokens=sample.prompt_tokens,
             token_events=len(sample.token_event_ms),
             lag_ms=lag_ms,
+            trace_id=sample.trace_id,
+            span_id=sample.span_id,
+            sent_wall_ns=sample.sent_wall_ns,
         )
 
     def to_json(self, step: int, mode: str, level: float) -> dict:
@@ -93,6 +100,8 @@ class RequestRecord:
             "prompt_tokens": self.prompt_tokens,
             "token_events": self.token_events,
             "client_lag_ms": round(self.lag_ms, 3),
+            "trace_id": self.trace_id,
+            "span_id": self.span_id,
         }
 
     def meets(self, bounds: dict[str, float]) -> bool:

@@ -1,6 +1,6 @@
 """How late the generator's loop runs, sampled through a step's measured window.
 
-`LoopLag` (lpxtop/engine/clientlimit.py) gives the worst lateness while a watch is open; each load request
+`LoopLag` (lpxtop/engine/probe/clientlimit.py) gives the worst lateness while a watch is open; each load request
 keeps its own (`client_lag_ms` in the requests file). Over a whole step that worst case is a poor judge: with
 200 requests in flight one 60 ms stall marks every one of them, while the timestamps the step reports are
 late only if a read came during the stall. So the step is judged on the distribution instead: a timer every

@@ -13,11 +13,30 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from lpxtop.model.probe import Percentiles
 
 # The model answered, but not as an agent needs: counted and shown, yet the endpoint is up.
 BEHAVIOUR_KINDS = ("no_tool_call", "bad_tool_args", "tool_args_schema", "unknown_tool")
+
+
+@dataclass(frozen=True)
+class CallTrace:
+    """One request of a step as it went out: the trace context it carried (`traceparent`) and when.
+
+    `trace_id`/`span_id` are the W3C ids lpxtop sent (engine/probe/tracecontext.py), so a server's own
+    spans of this call can be found; `sent_wall_ns` is time.time_ns() as the request counted as sent.
+    """
+
+    trace_id: str
+    span_id: str
+    sent_wall_ns: int
+
+    @classmethod
+    def of(cls, outcome: Any) -> CallTrace:
+        """From a measured stream's outcome (engine/probe/stream.py `StreamOutcome`)."""
+        return cls(trace_id=outcome.trace.trace_id, span_id=outcome.trace.span_id, sent_wall_ns=outcome.sent_wall_ns)
 
 
 @dataclass(frozen=True)
@@ -43,7 +62,7 @@ class AgentStep:
     tool_calls: int = 0  # tool calls in call 1's answer
     args_valid_json: bool | None = None  # None: no tool call to judge
     args_valid_schema: bool | None = None  # None: not judged (invalid JSON, or no schema known)
-    quirks: tuple[str, ...] = ()  # stream shapes worth knowing (see engine/agent/toolcalls.py)
+    quirks: tuple[str, ...] = ()  # stream shapes worth knowing (see engine/probe/toolcalls.py)
     call1_ttft_ms: float | None = None
     time_to_tool_name_ms: float | None = None
     time_to_tool_call_ms: float | None = None
@@ -59,7 +78,9 @@ class AgentStep:
     time_to_observation_ms: float | None = None  # the app's tool returned (its observation arrived)
     app_latency_ms: float | None = None  # message_end's metadata.usage.latency: the app's own figure
     client_latency_ms: float | None = None  # message_end's arrival at lpxtop
-    client_limited: bool = False  # lpxtop itself was late while the step ran (engine/clientlimit.py), as for probes
+    client_limited: bool = False  # lpxtop itself was late while the step ran (engine/probe/clientlimit.py), as for probes
+    # The requests sent, in order (call 1, then call 2; Dify: its one request): trace context and send time
+    calls: tuple[CallTrace, ...] = ()
 
     @property
     def ok(self) -> bool:

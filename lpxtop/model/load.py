@@ -133,7 +133,7 @@ class ServerDuringStep:
 
 @dataclass(frozen=True)
 class ClientHealth:
-    """Was the load generator itself short of CPU during the step? (see lpxtop/engine/clientlimit.py)
+    """Was the load generator itself short of CPU during the step? (see lpxtop/engine/probe/clientlimit.py)
 
     `lag_p99_ms` / `lag_max_ms`: how late the generator's event loop ran, sampled every 25 ms through the
     measured window (p99: how late a read arriving at a random moment was stamped, at worst one in 100).

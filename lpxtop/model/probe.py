@@ -86,15 +86,15 @@ class Sample:
     finish_reason: str | None = None
     retry_after_s: float | None = None
     end_wall_time: float | None = None  # time.time() when the probe ended (None: when it began)
-    client_limited: bool = False  # lpxtop itself was late while it ran (loop lag or CPU wait): see engine/clientlimit.py
+    client_limited: bool = False  # lpxtop itself was late while it ran (loop lag or CPU wait): see engine/probe/clientlimit.py
     # lpxtop's own wait for a free connection of its pool before sending (not in TTFT); None: no request got a slot
     pool_wait_ms: float | None = None
     redirected_to: str | None = None  # the final URL when the server redirected the probe (query string left out)
-    # The W3C trace context the request was sent with (32 and 16 lowercase hex digits), and time.time_ns()
-    # just before it was sent: what an OpenTelemetry span of this request carries (lpxtop/otel).
+    # The W3C trace context the request carried (`traceparent`, engine/probe/tracecontext.py): lpxtop's client
+    # span (lpxtop/otel), so the server's own spans of this request can be joined to it
     trace_id: str | None = None
     span_id: str | None = None
-    sent_wall_ns: int | None = None
+    sent_wall_ns: int | None = None  # time.time_ns() at start_ns (the wall clock as the request counted as sent)
 
     @property
     def itl_ms(self) -> tuple[float, ...]:
@@ -145,7 +145,7 @@ ERROR_KINDS = (
     "stream_cut",
     "bad_json",
     "error_event",
-    "not_streamed",  # one JSON body (or a page) instead of an event stream: see probe._body_error
+    "not_streamed",  # one JSON body (or a page) instead of an event stream: see engine/probe/reads.py body_error
     "empty",
     "other",
 )

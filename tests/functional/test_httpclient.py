@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 
 from lpxtop.engine import httpclient
-from lpxtop.engine.errors import classify_exception
 from lpxtop.engine.httpclient import (
     BodyTooLarge,
     ConnectError,
@@ -39,6 +38,7 @@ from lpxtop.engine.httpclient import (
     WriteError,
 )
 from lpxtop.engine.probe import run_probe
+from lpxtop.engine.probe.errors import classify_exception
 from lpxtop.engine.runner import Engine, EngineSettings
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread

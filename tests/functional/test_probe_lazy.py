@@ -1,4 +1,4 @@
-"""After its first token a probe parses its reads in batches (`_LazyEvents`): the same sample, on time.
+"""After its first token a probe parses its reads in batches (`BatchedReads`, engine/probe/reads.py): the same sample, on time.
 
 Each case is a raw loopback server that writes a chunked SSE stream in the pieces it chooses, so a
 marker can straddle two reads and a stream can stop without its end.
@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from lpxtop.engine import probe as probe_module
 from lpxtop.engine.httpclient import HttpClient
+from lpxtop.engine.probe import reads as reads_module
 from lpxtop.engine.probe import run_probe
 from tests.functional.simhelpers import endpoint
 
@@ -103,14 +103,14 @@ async def test_a_stream_stopped_by_the_whole_request_limit_counts_every_token_th
 
 async def test_a_long_stream_is_parsed_in_bounded_batches(monkeypatch):
     batches: list[int] = []
-    real = probe_module._LazyEvents.catch_up
+    real = reads_module.BatchedReads.catch_up
 
     def counting(self):
         batches.append(len(self._pending))
         return real(self)
 
-    monkeypatch.setattr(probe_module._LazyEvents, "catch_up", counting)
-    monkeypatch.setattr(probe_module, "LAZY_MAX_BYTES", 2000)
+    monkeypatch.setattr(reads_module.BatchedReads, "catch_up", counting)
+    monkeypatch.setattr(reads_module, "LAZY_MAX_BYTES", 2000)
     n = 300
     pieces = [ROLE, *(token(i) for i in range(n)), finish(n) + DONE]
     sample, _ = await probe_of(await serve(pieces, gap_s=0.0005))

@@ -13,8 +13,8 @@ from bisect import bisect_left
 
 import pytest
 
+from lpxtop.engine.probe.schedule import CAP_SHARE, FLOOR_SHARE, next_gap
 from lpxtop.engine.runner import Engine, EngineSettings
-from lpxtop.engine.schedule import CAP_SHARE, FLOOR_SHARE, next_gap
 from lpxtop.model.probe import Sample
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread

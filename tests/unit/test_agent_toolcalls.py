@@ -13,22 +13,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lpxtop.engine.agent.stream import ChatEvents, is_token_event
-from lpxtop.engine.agent.toolcalls import ToolCallAssembler
+from lpxtop.engine.probe.agentcall import ToolCallSink
+from lpxtop.engine.probe.chunks import carries_token
+from lpxtop.engine.probe.toolcalls import ToolCallAssembler
 from lpxtop.engine.sse import SseParser
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "toolcalls"
 ZURICH = {"city": "Zürich", "unit": "celsius"}
 
 
-def replay(name: str) -> ChatEvents:
+def replay(name: str) -> ToolCallSink:
     """Feed a capture through the parser and the agent probe's event sink, one read per event."""
     raw = (FIXTURES / name).read_bytes()
-    events = ChatEvents()
+    events = ToolCallSink()
     parser = SseParser()
     for i, piece in enumerate(raw.split(b"\n\n")):
         for event in parser.feed(piece + b"\n\n", i):
-            events.handle(event.data, event.event, i)
+            events.event(event.data, event.event, i)
     return events
 
 
@@ -174,14 +175,19 @@ def test_junk_in_tool_calls_is_ignored():
     assert a.last_ns is None
 
 
-def test_token_event_rule():
-    assert not is_token_event({"role": "assistant", "content": ""}, False)  # the role-only opening chunk
-    assert not is_token_event({}, True)  # finish-only
-    assert is_token_event({"content": ""}, False)  # a first chunk with a token key and no role
-    assert is_token_event({"content": ""}, True)  # an empty token after the first (split UTF-8)
-    assert is_token_event({"content": None, "tool_calls": [{"index": 0}]}, False)
-    assert not is_token_event({"content": None, "tool_calls": []}, True)
-    assert is_token_event({"reasoning_content": "x"}, False)
+def test_token_event_rule_of_tool_call_streams():
+    """Agent calls are read by the chat probe's one chunk rule (engine/probe/chunks.py)."""
+
+    def is_token(delta: dict, before_first: bool) -> bool:
+        return carries_token({"delta": delta}, before_first, with_usage=False)
+
+    assert not is_token({"role": "assistant", "content": ""}, True)  # the role-only opening chunk
+    assert not is_token({}, False)  # finish-only
+    assert is_token({"content": ""}, True)  # a first chunk with a token key and no role
+    assert is_token({"content": ""}, False)  # an empty token after the first (split UTF-8)
+    assert is_token({"content": None, "tool_calls": [{"index": 0}]}, True)
+    assert not is_token({"content": None, "tool_calls": []}, False)
+    assert is_token({"reasoning_content": "x"}, True)
 
 
 @settings(max_examples=60, deadline=None)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from lpxtop.engine.clientlimit import LoopLag, ThreadCpuWait
+from lpxtop.engine.probe.clientlimit import LoopLag, ThreadCpuWait
 
 
 async def test_a_blocked_loop_shows_as_lag_only_in_open_watches():
@@ -38,7 +38,7 @@ def test_cpu_wait_grows_when_the_thread_competes_for_one_cpu():
     # In a child pinned to one CPU, a busy thread makes the measuring thread wait for that CPU.
     code = """
 import os, threading, time
-from lpxtop.engine.clientlimit import ThreadCpuWait
+from lpxtop.engine.probe.clientlimit import ThreadCpuWait
 os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
 w = ThreadCpuWait()
 assert w.available
@@ -62,7 +62,7 @@ print((w.read() - before) / 1e6)
 
 
 def test_cpu_wait_is_none_where_the_kernel_does_not_say(monkeypatch):
-    import lpxtop.engine.clientlimit as cl
+    import lpxtop.engine.probe.clientlimit as cl
 
     monkeypatch.setattr(cl, "SCHEDSTAT", "/nonexistent/schedstat")
     w = ThreadCpuWait()

@@ -16,7 +16,7 @@ HEADLESS_MODULES = [
     "lpxtop.engine.ports",
     "lpxtop.engine.alerts",
     "lpxtop.engine.discovery",
-    "lpxtop.engine.schedule",
+    "lpxtop.engine.probe.schedule",
     "lpxtop.jsonout",
     "lpxtop.engine.httpclient",
     "lpxtop.model",

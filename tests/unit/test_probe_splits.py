@@ -1,6 +1,6 @@
 """The probe fed any split of a valid stream gives the same Sample; any bytes give a classified one.
 
-The probe's sink (`_LazyEvents.take`, what `Response.feed` calls with each read and its arrival time)
+The probe's reads (`BatchedReads.take`, what `Response.feed` calls with each read and its arrival time)
 is driven here with reads cut anywhere, each stamped with the offset where it ends. Fed one byte per
 read, each token event's time is the offset of the byte that completed it; cut any other way, it must
 be the end of the read that holds that byte, whichever reads the lazy batching parsed together, and
@@ -13,7 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lpxtop.engine import probe
+from lpxtop.engine.probe import chat
+from lpxtop.engine.probe.chunks import MAX_TOKEN_COUNT, ChunkSink
+from lpxtop.engine.probe.errors import StreamError
+from lpxtop.engine.probe.reads import BatchedReads
+from lpxtop.engine.probe.stream import StreamOutcome
+from lpxtop.engine.probe.tracecontext import new_trace_context
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import ERROR_KINDS
 from tests.conftest import FIXTURES
@@ -43,8 +48,8 @@ class _NoWatchdog:
 
 def run_sink(reads: list[tuple[bytes, int]]):
     """What run_probe makes of these reads: (sample, error kind)."""
-    m = probe._Measure(start_ns=0, wall_time=0.0)
-    events = probe._LazyEvents(m, 200, _NoWatchdog(), 10**18)  # type: ignore[arg-type]
+    sink = ChunkSink()
+    events = BatchedReads(sink, _NoWatchdog(), 10**18)
     kind = None
     try:
         ended = True
@@ -55,13 +60,15 @@ def run_sink(reads: list[tuple[bytes, int]]):
         events.catch_up()
         if ended:
             events.close()
-        if not m.token_ns:
+        if not sink.token_ns:
             kind = "empty"
-        elif not m.done and m.finish_reason is None:
+        elif not sink.finished:
             kind = "stream_cut"
-    except probe._ProbeError as err:
+    except StreamError as err:
         kind = err.kind
-    return probe._sample(ENDPOINT, m, 200, kind), kind
+    out = StreamOutcome(start_ns=0, wall_time=0.0, sent_wall_ns=0, trace=new_trace_context(), status=200,
+                        error_kind=kind)
+    return chat._sample(ENDPOINT, sink, out), kind
 
 
 def figures(sample) -> tuple:
@@ -151,7 +158,7 @@ def mutated(draw) -> bytes:
 def test_mutated_streams_give_a_classified_sample(raw, cuts):
     sample, kind = run_sink(reads_of(raw, cuts))
     assert kind is None or kind in ERROR_KINDS
-    assert sample.output_tokens is None or 0 < sample.output_tokens <= probe.MAX_TOKEN_COUNT
+    assert sample.output_tokens is None or 0 < sample.output_tokens <= MAX_TOKEN_COUNT
 
 
 @pytest.mark.slow

@@ -28,6 +28,27 @@ CHECKED_KEYWORDS = frozenset({
 ANNOTATIONS = frozenset({"description", "title", "default", "examples", "$schema", "$id", "$comment"})
 MAX_ERRORS = 5
 MAX_DEPTH = 32
+# JSON nested deeper than this (tool-call arguments, a tools file) is refused before any recursive
+# work: Python's own JSON functions raise RecursionError somewhere below ~1000 levels.
+MAX_JSON_DEPTH = 64
+
+
+def deeper_than(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether a parsed JSON value nests lists and objects more than `limit` levels deep (no recursion)."""
+    level: list[object] = [value]
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        nested: list[object] = []
+        for item in level:
+            if isinstance(item, dict):
+                nested.extend(v for v in item.values() if isinstance(v, (dict, list)))
+            elif isinstance(item, list):
+                nested.extend(v for v in item if isinstance(v, (dict, list)))
+        level = nested
+    return False
 
 
 def validate(instance: object, schema: object) -> list[str]:

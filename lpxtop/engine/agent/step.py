@@ -21,12 +21,14 @@ import json
 import secrets
 import time
 
-from lpxtop.engine.agent.schema import validate
-from lpxtop.engine.agent.stream import CallOutcome, ChatEvents, measured_post
-from lpxtop.engine.agent.toolcalls import ToolCall
+from lpxtop.engine.agent.schema import MAX_JSON_DEPTH, deeper_than, validate
 from lpxtop.engine.agent.tools import ToolSet, conversation
 from lpxtop.engine.httpclient import HttpClient
-from lpxtop.model.agent import AgentStep
+from lpxtop.engine.probe.agentcall import ToolCallSink
+from lpxtop.engine.probe.chat import name
+from lpxtop.engine.probe.stream import StreamOutcome, measured_stream
+from lpxtop.engine.probe.toolcalls import MAX_ARGUMENT_CHARS, ToolCall
+from lpxtop.model.agent import AgentStep, CallTrace
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.textsafe import scrub
 
@@ -83,7 +85,7 @@ def _ms(t_ns: int | None, origin_ns: int) -> float | None:
     return None if t_ns is None else (t_ns - origin_ns) / 1e6
 
 
-def rejects_stream_options(outcome: CallOutcome) -> bool:
+def rejects_stream_options(outcome: StreamOutcome) -> bool:
     """An older server that refuses `stream_options` (HTTP 400/422 naming it): call again without it."""
     return outcome.status in (400, 422) and "stream_options" in (outcome.error_message or "")
 
@@ -98,17 +100,17 @@ async def run_agent_step(
 ) -> AgentStep:
     """One agent step; never raises (except CancelledError). Every failure is a classified AgentStep."""
     model = model or endpoint.model
-    wall_time = time.time()
     url = chat_url(endpoint)
     body1 = call1_body(endpoint, tools, model, include_usage)
-    one = ChatEvents()
-    out1 = await measured_post(client, endpoint, url, body1, one)
+    one = ToolCallSink()
+    out1 = await measured_stream(client, endpoint, url, body1, one)
     start = out1.start_ns
     fields: dict = {
-        "endpoint": endpoint.name, "api": "chat", "wall_time": wall_time, "start_ns": start,
+        "endpoint": endpoint.name, "api": "chat", "wall_time": out1.wall_time, "start_ns": start,
+        "calls": (CallTrace.of(out1),),
         "call1_ttft_ms": _ms(one.first_token_ns, start),
         "call1_e2e_ms": _ms(one.last_token_ns, start),
-        "call1_response_id": one.response_id,
+        "call1_response_id": name(one.response_id),
         "quirks": tuple(sorted(one.tool_calls.quirks)),
     }
     calls = [c for c in one.tool_calls.ordered() if c.name or c.arguments]
@@ -123,9 +125,9 @@ async def run_agent_step(
         said = scrub(one.text.strip()) or ""
         return AgentStep(**fields, error_kind="no_tool_call",
                          error_message=f"the model answered with text instead of a tool call "
-                                       f"(finish_reason {one.finish_reason}): {said[:80]!r}")
+                                       f"(finish_reason {name(one.finish_reason)}): {said[:80]!r}")
 
-    verdict, results, echoed = _judge(calls, tools, one.finish_reason)
+    verdict, results, echoed = _judge(calls, tools, name(one.finish_reason))
     fields.update(verdict)
     tool_started = time.perf_counter_ns()
     if endpoint.tool_latency_s > 0:
@@ -133,20 +135,21 @@ async def run_agent_step(
     tool_done = time.perf_counter_ns()
     fields["tool_ms"] = (tool_done - tool_started) / 1e6
 
-    two = ChatEvents()
-    out2 = await measured_post(client, endpoint, url, call2_body(body1, calls[:MAX_TOOL_CALLS_RUN], results, echoed,
-                                                                  endpoint), two)
+    two = ToolCallSink()
+    out2 = await measured_stream(client, endpoint, url, call2_body(body1, calls[:MAX_TOOL_CALLS_RUN], results, echoed,
+                                                                    endpoint), two)
+    fields["calls"] = (*fields["calls"], CallTrace.of(out2))
     fields["call2_start_ms"] = _ms(out2.start_ns, start)
     fields["answer_ttft_ms"] = _ms(two.first_token_ns, out2.start_ns)
     fields["answer_e2e_ms"] = _ms(two.last_token_ns, out2.start_ns)
-    fields["call2_response_id"] = two.response_id
+    fields["call2_response_id"] = name(two.response_id)
     if not out2.ok:
         return _failed(fields, out2, call=2)
     fields["step_ms"] = _ms(two.last_token_ns, start)
     return AgentStep(**fields)
 
 
-def _failed(fields: dict, outcome: CallOutcome, call: int) -> AgentStep:
+def _failed(fields: dict, outcome: StreamOutcome, call: int) -> AgentStep:
     # A failed call's own times are not the server's answer times: keep only what came before it.
     if call == 1:
         fields = {k: v for k, v in fields.items() if k not in ("call1_e2e_ms", "time_to_tool_call_ms")}
@@ -171,14 +174,22 @@ def _judge(calls: list[ToolCall], tools: ToolSet, finish_reason: str | None) -> 
     problem: tuple[str, str] | None = None
     for call in calls[:MAX_TOOL_CALLS_RUN]:
         text = call.arguments_text
-        try:
-            arguments = json.loads(text) if text.strip() else {}
-        except ValueError as exc:
+        unusable = _unusable(call, text)
+        if unusable is None:
+            try:
+                arguments = json.loads(text) if text.strip() else {}
+            except RecursionError:
+                unusable = f"arguments nested deeper than {MAX_JSON_DEPTH} levels: not judged"
+            except ValueError as exc:
+                why = "cut by max_tokens" if finish_reason == "length" else str(exc)
+                unusable = f"arguments are not valid JSON ({why}): {scrub(text)[:80]!r}"
+            else:
+                if deeper_than(arguments):
+                    unusable = f"arguments nested deeper than {MAX_JSON_DEPTH} levels: not judged"
+        if unusable is not None:
             verdict["args_valid_json"] = False
             verdict["args_valid_schema"] = None
-            why = "cut by max_tokens" if finish_reason == "length" else str(exc)
-            problem = problem or ("bad_tool_args", f"{call.name or '?'}: arguments are not valid JSON ({why}): "
-                                                   f"{scrub(text)[:80]!r}")
+            problem = problem or ("bad_tool_args", f"{scrub(call.name) or '?'}: {unusable}")
             results.append(json.dumps({"error": "the arguments were not valid JSON"}))
             echoed.append("{}")
             continue
@@ -204,3 +215,13 @@ def _judge(calls: list[ToolCall], tools: ToolSet, finish_reason: str | None) -> 
     if problem is not None:
         verdict["error_kind"], verdict["error_message"] = problem
     return verdict, results, echoed
+
+
+def _unusable(call: ToolCall, text: str) -> str | None:
+    """Why a call's arguments cannot be judged before parsing them (lpxtop's bounds), or None."""
+    if call.truncated:
+        return (f"arguments longer than {MAX_ARGUMENT_CHARS} characters (lpxtop keeps no more, all calls "
+                f"together): cut, so not judged")
+    if call.too_deep:
+        return f"arguments nested deeper than {MAX_JSON_DEPTH} levels: not judged"
+    return None

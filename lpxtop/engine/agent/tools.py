@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lpxtop.engine.agent.schema import MAX_JSON_DEPTH, deeper_than
+
 MAX_TOOLS_FILE_BYTES = 1 << 20
 TOOL_CHOICES = ("required", "auto")  # or the name of one tool (a named tool choice)
 
@@ -128,13 +130,21 @@ def load_tool_set(path: str | Path | None) -> ToolSet:
         raise ValueError(f"{path}: the tools file is larger than {MAX_TOOLS_FILE_BYTES} bytes")
     try:
         data = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise ValueError(f"{path}: the tools file is nested deeper than {MAX_JSON_DEPTH} levels") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"{path}: not valid JSON: {exc}") from None
     return tool_set_from_json(data, str(path))
 
 
 def tool_set_from_json(data: Any, source: str = "tools") -> ToolSet:
-    """A ToolSet from a list of tools or a `{"tools", "prompt", "results"}` object."""
+    """A ToolSet from a list of tools or a `{"tools", "prompt", "results"}` object.
+
+    Nothing nested deeper than MAX_JSON_DEPTH levels is taken: no tool needs it, and it would reach
+    Python's recursion limit when a request is written or an answer checked.
+    """
+    if deeper_than(data):
+        raise ValueError(f"{source}: the tools file is nested deeper than {MAX_JSON_DEPTH} levels")
     prompt = DEFAULT_PROMPT
     results: dict[str, object] = {}
     if isinstance(data, dict):

@@ -23,16 +23,25 @@ The assembler only reassembles; `lpxtop.engine.agent.step` judges the result (va
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 PLACEHOLDER_ARGS = "{}"
-MAX_ARGUMENT_CHARS = 1 << 20  # a call's arguments beyond this are not kept (a runaway stream)
+# The arguments of one answer's calls, all together, are kept up to this many characters: past it the
+# call that overflowed is marked `truncated` and nothing more of any call is kept (a runaway stream
+# cannot grow lpxtop's memory). The step judges a truncated call a `bad_tool_args` (engine/agent/step.py).
+MAX_ARGUMENT_CHARS = 1 << 20
 MAX_CALLS = 64
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
 class ToolCall:
-    """One tool call as reassembled so far; `first_ns` / `name_ns` / `last_ns` are arrival times."""
+    """One tool call as reassembled so far; `first_ns` / `name_ns` / `last_ns` are arrival times.
+
+    The argument fragments wait in a list and are joined when the call is read (`ToolCallAssembler.ordered`,
+    `arguments_text`): adding each to a string would copy the arguments so far once per fragment.
+    """
 
     index: int
     id: str | None = None
@@ -44,13 +53,22 @@ class ToolCall:
     last_ns: int | None = None
     fragments: int = 0
     placeholder: bool = False  # the arguments so far are a `{}` placeholder from the naming delta
-    truncated: bool = False
+    too_deep: bool = False  # arguments sent as an object nested too deep to write back as JSON text
+    truncated: bool = False  # fragments were dropped at the bound (MAX_ARGUMENT_CHARS): the arguments are cut
+    parts: list[str] = field(default_factory=list, repr=False, compare=False)  # fragments not yet joined
+
+    def settle(self) -> None:
+        """Join the waiting fragments onto `arguments`."""
+        if self.parts:
+            self.arguments += "".join(self.parts)
+            self.parts.clear()
 
     @property
     def arguments_text(self) -> str:
         """The arguments, with surrogate halves split across fragments joined back into characters."""
+        self.settle()
         text = self.arguments
-        if any("\ud800" <= ch <= "\udfff" for ch in text):
+        if _SURROGATE.search(text):
             text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
         return text
 
@@ -63,6 +81,8 @@ class ToolCallAssembler:
     quirks: set[str] = field(default_factory=set)
     first_name_ns: int | None = None  # the first delta that named a function
     last_ns: int | None = None  # the last delta that carried anything for a call
+    chars: int = 0  # argument characters kept, all calls together (at most MAX_ARGUMENT_CHARS)
+    overflowed: bool = False  # the bound was reached: no more arguments are kept
 
     def feed(self, tool_calls: object, t_ns: int) -> bool:
         """Take one delta's `tool_calls` list; True when it carried anything (a token event for TTFT)."""
@@ -77,8 +97,11 @@ class ToolCallAssembler:
         return carried
 
     def ordered(self) -> list[ToolCall]:
-        """The calls by index."""
-        return [self.calls[i] for i in sorted(self.calls)]
+        """The calls by index, their arguments joined."""
+        calls = [self.calls[i] for i in sorted(self.calls)]
+        for call in calls:
+            call.settle()
+        return calls
 
     def _take(self, item: dict, position: int, count: int, t_ns: int) -> bool:
         call = self._call_for(item, position, count)
@@ -149,22 +172,32 @@ class ToolCallAssembler:
         if isinstance(fragment, (dict, list)):
             # A server that sends the arguments as an object instead of a JSON string (seen from some
             # gateways): keep its JSON text, as a client would have to.
-            fragment = json.dumps(fragment, ensure_ascii=False)
             self.quirks.add("arguments_object")
+            try:
+                fragment = json.dumps(fragment, ensure_ascii=False)
+            except RecursionError:  # nested deeper than Python's JSON goes: no arguments a tool can take
+                call.too_deep = True
+                return True
         if not isinstance(fragment, str):
             return False
         if fragment == "":
             return False  # the naming delta's empty arguments (or an empty token): nothing to add
         if call.placeholder:
             # `{}` came with the name, and now the real arguments follow: the placeholder was not part of them.
+            call.settle()
+            self.chars -= len(call.arguments)
             call.arguments = ""
             call.placeholder = False
             self.quirks.add("placeholder_args")
         elif call.fragments == 0 and fragment.strip() == PLACEHOLDER_ARGS and call.name_ns is not None:
             call.placeholder = True
-        if len(call.arguments) + len(fragment) > MAX_ARGUMENT_CHARS:
+        if self.overflowed or self.chars + len(fragment) > MAX_ARGUMENT_CHARS:
+            # Past the bound nothing more is kept, not even a small fragment that would still fit: the
+            # call's arguments would then be its start and its end with the middle missing.
+            self.overflowed = True
             call.truncated = True
             return True
-        call.arguments += fragment
+        call.parts.append(fragment)
+        self.chars += len(fragment)
         call.fragments += 1
         return True

@@ -1,0 +1,240 @@
+"""Every hostile ending of a stream through every API path lpxtop sends, against a real loopback server:
+one classification per ending, whichever path read it.
+
+The paths: the chat probe, the completions probe, an agent step's call 1 (the tool call) and call 2
+(the answer), a Dify app step, and one load-test step's requests. Each path's stream is written in its
+own dialect (chat chunks, completion chunks, tool-call deltas, Dify events); the ending is the same
+fault in each. A fault a dialect cannot carry (a Dify stream has no finish_reason) is not run there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from lpxtop.engine.agent.dify import run_dify_step
+from lpxtop.engine.agent.step import run_agent_step
+from lpxtop.engine.agent.tools import ToolSet
+from lpxtop.engine.httpclient import HttpClient
+from lpxtop.engine.probe import run_probe
+from lpxtop.engine.probe import stream as stream_module
+from lpxtop.engine.probe.clientlimit import LoopLag
+from lpxtop.load.step import StepRun, StepSpec
+from lpxtop.model.probe import ERROR_KINDS
+from tests.functional.hostile import HostileServer, Reply, Request
+from tests.functional.simhelpers import endpoint
+
+pytestmark = pytest.mark.timeout(60)
+
+HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+ERROR = {"message": "the engine is overloaded", "type": "server_error"}
+DONE = b"data: [DONE]\n\n"
+
+
+def event(obj: dict, name: str | None = None) -> bytes:
+    return (f"event: {name}\n" if name else "").encode() + b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one API's stream looks: its opening, a piece of its answer, and its proper end."""
+
+    name: str
+    opening: Callable[[], list[bytes]]
+    finish: Callable[[str], bytes] | None  # a chunk ending the answer with this finish_reason (None: no such thing)
+    error_beside_answer: bytes  # an answer piece that carries an error object too
+    end: list[bytes]  # what ends a good stream, the last piece being the end marker
+    body: dict  # the same answer as one JSON document (the API's non-streamed answer)
+
+
+def chat_chunk(delta: dict, finish: str | None = None, **extra) -> bytes:
+    return event({**HEAD, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
+
+
+def text_chunk(text: str, finish: str | None = None, **extra) -> bytes:
+    return event({**HEAD, "object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": finish}],
+                  **extra})
+
+
+def tool_delta(arguments: str, name: str | None = None) -> bytes:
+    call: dict = {"index": 0, "function": {"arguments": arguments}}
+    if name:
+        call.update(id="call_1", type="function")
+        call["function"]["name"] = name
+    return chat_chunk({"tool_calls": [call]})
+
+
+CHAT_BODY = {"id": "c", "object": "chat.completion", "model": "m",
+             "choices": [{"index": 0, "message": {"role": "assistant", "content": "It rains."}, "finish_reason": "stop"}],
+             "usage": {"prompt_tokens": 5, "completion_tokens": 3}}
+
+CHAT = Dialect(
+    "chat",
+    opening=lambda: [chat_chunk({"role": "assistant", "content": ""}), chat_chunk({"content": "It"}),
+                     chat_chunk({"content": " rains."})],
+    finish=lambda reason: chat_chunk({}, reason),
+    error_beside_answer=chat_chunk({"content": "!"}, error=ERROR),
+    end=[chat_chunk({}, "stop"), DONE],
+    body=CHAT_BODY,
+)
+COMPLETIONS = Dialect(
+    "completions",
+    opening=lambda: [text_chunk("It"), text_chunk(" rains.")],
+    finish=lambda reason: text_chunk("", reason),
+    error_beside_answer=text_chunk("!", error=ERROR),
+    end=[text_chunk("", "length"), DONE],
+    body={"id": "c", "object": "text_completion", "model": "m",
+          "choices": [{"index": 0, "text": "It rains.", "finish_reason": "length"}]},
+)
+TOOL_CALL = Dialect(
+    "tool call",
+    opening=lambda: [chat_chunk({"role": "assistant", "content": ""}),
+                     tool_delta('{"city": ', name="get_weather"), tool_delta('"Paris"}')],
+    finish=lambda reason: chat_chunk({}, reason),
+    error_beside_answer=chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": " "}}]}, error=ERROR),
+    end=[chat_chunk({}, "tool_calls"), DONE],
+    body={"id": "c", "object": "chat.completion", "model": "m",
+          "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+              "role": "assistant", "content": None, "tool_calls": [
+                  {"id": "call_1", "type": "function",
+                   "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}}]},
+)
+DIFY = Dialect(
+    "dify",
+    opening=lambda: [
+        event({"event": "agent_thought", "message_id": "m1", "tool": "get_weather",
+               "tool_input": json.dumps({"get_weather": {"city": "Paris"}})}),
+        event({"event": "agent_thought", "message_id": "m1", "tool": "get_weather", "observation": "rain"}),
+        event({"event": "agent_message", "message_id": "m1", "answer": "It"}),
+        event({"event": "agent_message", "message_id": "m1", "answer": " rains."}),
+    ],
+    finish=None,
+    error_beside_answer=event({"event": "agent_message", "message_id": "m1", "answer": "!", "error": ERROR}),
+    end=[event({"event": "message_end", "message_id": "m1", "metadata": {"usage": {"latency": 0.01}}})],
+    body={"event": "message", "message_id": "m1", "conversation_id": "c1", "answer": "It rains.",
+          "metadata": {"usage": {"latency": 0.01}}},
+)
+
+
+def split_end(dialect: Dialect) -> list[bytes]:
+    """The good end with its end marker split across two reads, inside the marker."""
+    *rest, last = dialect.end
+    marker = b"[DONE]" if last == DONE else b"message_end"
+    at = last.index(marker) + len(marker) // 2
+    return [*rest, last[:at], last[at:]]
+
+
+# ending -> (the expected classification, the pieces for a dialect, the reply's framing)
+ENDINGS: dict[str, tuple[str | None, Callable[[Dialect], list[bytes] | None], str]] = {
+    "finish_reason error": ("error_event", lambda d: [*d.opening(), d.finish("error"), DONE] if d.finish else None,
+                            "chunked"),
+    "finish_reason abort": ("error_event", lambda d: [*d.opening(), d.finish("abort"), DONE] if d.finish else None,
+                            "chunked"),
+    "SSE event: error": ("error_event", lambda d: [*d.opening(), event(ERROR, "error")], "chunked"),
+    # a gateway's error before the first event, then a whole answer: an error, not a Dify step's `no_tool_call`
+    "SSE event: error, then the answer": ("error_event", lambda d: [event(ERROR, "error"), *d.opening(), *d.end],
+                                          "chunked"),
+    "error object beside the answer": ("error_event", lambda d: [*d.opening(), d.error_beside_answer, *d.end],
+                                       "chunked"),
+    "error object alone": ("error_event", lambda d: [*d.opening(), event({"error": ERROR})], "chunked"),
+    "plain JSON body": ("not_streamed", lambda d: [json.dumps(d.body).encode()], "length"),
+    "200 with an error object": ("error_event", lambda d: [json.dumps({"error": ERROR}).encode()], "length"),
+    "cut stream (body ends)": ("stream_cut", lambda d: d.opening(), "chunked"),
+    "cut stream (connection drops)": ("stream_cut", lambda d: d.opening(), "cut"),
+    "end marker split across reads": (None, lambda d: [*d.opening(), *split_end(d)], "chunked"),
+}
+
+
+def reply_of(pieces: list[bytes], framing: str) -> Reply:
+    headers = {"Content-Type": "application/json" if framing == "length" else "text/event-stream"}
+    if framing == "cut":  # announce more than is sent, then close: the connection drops mid-body
+        return Reply(pieces=pieces, headers=headers, framing="length", length=sum(map(len, pieces)) + 100)
+    return Reply(pieces=pieces, headers=headers, framing=framing)
+
+
+def good(dialect: Dialect) -> Reply:
+    return reply_of([*dialect.opening(), *dialect.end], "chunked")
+
+
+@pytest.fixture(autouse=True)
+def short_waits(monkeypatch):
+    """These servers hold the connection after the body: the wait for the body's end, shorter."""
+    monkeypatch.setattr(stream_module, "DRAIN_TIMEOUT_S", 0.05)
+
+
+async def chat_probe(reply: Reply) -> list[str | None]:
+    with HostileServer(reply) as server:
+        async with HttpClient() as client:
+            sample = await run_probe(client, endpoint(server.url, model="m"))
+    return [sample.error_kind]
+
+
+async def completions_probe(reply: Reply) -> list[str | None]:
+    with HostileServer(reply) as server:
+        async with HttpClient() as client:
+            sample = await run_probe(client, endpoint(server.url, model="m", api="completions"))
+    return [sample.error_kind]
+
+
+async def agent_step(call1: Reply, call2: Reply, failed_call: int) -> list[str | None]:
+    def answer(request: Request) -> Reply:
+        return call2 if json.loads(request.body).get("tool_choice") == "none" else call1
+
+    with HostileServer(answer) as server:
+        async with HttpClient() as client:
+            step = await run_agent_step(client, endpoint(server.url, probes=("agent",), tool_latency_s=0.0),
+                                        ToolSet(), "m")
+    if step.error_kind is not None:
+        assert step.failed_call == failed_call, step.error_text
+    return [step.error_kind]
+
+
+async def agent_call1(reply: Reply) -> list[str | None]:
+    return await agent_step(reply, good(CHAT), 1)
+
+
+async def agent_call2(reply: Reply) -> list[str | None]:
+    return await agent_step(good(TOOL_CALL), reply, 2)
+
+
+async def dify_step(reply: Reply) -> list[str | None]:
+    with HostileServer(reply) as server:
+        async with HttpClient() as client:
+            step = await run_dify_step(client, endpoint(server.url, api="dify", probes=("agent",)), ToolSet())
+    return [step.error_kind]
+
+
+async def load_step(reply: Reply) -> list[str | None]:
+    with HostileServer(reply) as server:
+        spec = StepSpec(index=0, endpoint=endpoint(server.url, model="m"), model="m", include_usage=True,
+                        warmup_s=0.0, duration_s=0.1, concurrency=1)
+        async with HttpClient() as client:
+            run = StepRun(spec, client, LoopLag())
+            await run.run()
+    assert run.counted.records, "the step counted no request"
+    return sorted({r.error_kind for r in run.counted.records}, key=str)
+
+
+PATHS: dict[str, tuple[Dialect, Callable]] = {
+    "chat probe": (CHAT, chat_probe),
+    "completions probe": (COMPLETIONS, completions_probe),
+    "agent call 1": (TOOL_CALL, agent_call1),
+    "agent call 2": (CHAT, agent_call2),
+    "dify app": (DIFY, dify_step),
+    "load request": (CHAT, load_step),
+}
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("ending", list(ENDINGS))
+async def test_one_classification_per_ending_on_every_path(ending, path):
+    expected, pieces_of, framing = ENDINGS[ending]
+    dialect, run = PATHS[path]
+    pieces = pieces_of(dialect)
+    if pieces is None:
+        pytest.skip(f"a {dialect.name} stream cannot carry this ending")
+    assert expected is None or expected in ERROR_KINDS
+    assert await run(reply_of(pieces, framing)) == [expected]
