@@ -5,9 +5,8 @@ chain's figures agree with the simulator's own record of each request."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import os
 
+import httpx
 import pytest
 
 from lpxtop.engine.httpclient import HttpClient
@@ -22,22 +21,15 @@ from tests.functional.simhelpers import endpoint, wait_for
 AGREE_MS = 2.0
 
 
-def traceparent() -> tuple[str, str]:
-    trace_id = os.urandom(16).hex()
-    return trace_id, f"00-{trace_id}-{os.urandom(8).hex()}-01"
-
-
 async def probe_with_trace(client, base, join: TraceJoin):
-    trace_id, header = traceparent()
-    config = dataclasses.replace(base, headers=(("traceparent", header),))
-    sample = await run_probe(client, config)
+    sample = await run_probe(client, base)  # the measured stream sends its own traceparent (sample.trace_id)
     # the send time on the wall clock, from the probe's own perf_counter stamp (not Sample.wall_time,
     # read separately, a thread switch away from it when the sim and the receiver share the process)
     sent_wall_ns = sample.start_ns + perf_to_wall_offset_ns()
-    join.note_request(trace_id, endpoint=base.name, sent_wall_ns=sent_wall_ns,
+    join.note_request(sample.trace_id, endpoint=base.name, sent_wall_ns=sent_wall_ns,
                       client_ttft_ms=sample.ttft_ms, client_e2e_ms=sample.e2e_ms, kind="probe",
                       same_host=same_host(base.url))
-    return trace_id, sample
+    return sample.trace_id, sample
 
 
 @pytest.fixture
@@ -109,9 +101,11 @@ async def test_request_without_traceparent_gets_a_new_trace_and_joins_nothing(re
     r, join, url = receiver
     with start_sim_in_thread(SimConfig(model="m", ttft_ms=5, itl_ms=1, otlp_traces_endpoint=url,
                                        otlp_schedule_delay_s=0.05)) as sim:
-        async with HttpClient() as client:
-            sample = await run_probe(client, endpoint(sim.url, name="sim", max_tokens=4))
-        assert sample.ok
+        # lpxtop's own requests always carry one: another client's request, without
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}
+        async with httpx.AsyncClient() as plain:
+            answer = await plain.post(f"{sim.url}/chat/completions", json=body, timeout=10.0)
+        assert answer.status_code == 200 and "[DONE]" in answer.text
         wait_for(lambda: r.stats().spans_read == 1, timeout=10.0)
         (record,) = sim.server.records
     assert record.trace_id is None
