@@ -26,6 +26,7 @@ read chunk by chunk, the unreadable ones counted and reported (`StoreReader.dama
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import sqlite3
@@ -75,6 +76,10 @@ class RecordingError(Exception):
     """A recording cannot be created, opened or read; the message says why and what to do."""
 
 
+class RecordingExists(RecordingError):
+    """The file to record to exists already (a usage error: lpxtop never appends to or shares a recording)."""
+
+
 def dump(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
@@ -105,7 +110,7 @@ def _clock(t: float) -> str:
 
 def _sqlite_problem(exc: BaseException) -> str:
     text = str(exc)
-    if "full" in text:
+    if "full" in text or getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         return f"the disk is full ({text})"
     if "readonly" in text or "read-only" in text or "unable to open" in text or isinstance(exc, PermissionError):
         return f"cannot write there ({text})"
@@ -117,39 +122,87 @@ class StoreWriter:
 
     def __init__(self, path: str | Path, meta: Mapping[str, Any]) -> None:
         self.path = Path(path)
-        if self.path.exists():
-            raise RecordingError(f"{self.path} already exists: lpxtop does not append to a recording; "
-                                 "choose another file name (or leave --out out for a new one)")
+        # Set before anything can fail, so that close() after a failed open has what it reads.
+        self._db: sqlite3.Connection = None  # type: ignore[assignment]
+        # The chunks committed since the last compaction: (id, seq_first, seq_last, t_first, t_last, raw)
+        self._recent: list[tuple[int, int, int, float, float, bytes]] = []
+        self._recent_bytes = 0
+        self.payload_bytes = 0  # compressed bytes of the chunks and keyframes now in the file
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file this writer created
+        self._create()
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._set_up(meta)
+        except (OSError, sqlite3.Error, RecordingError) as exc:
+            vanished = not self.still_there()
+            self._abandon()
+            if vanished:
+                raise RecordingError(f"{self.path} was deleted or replaced while being created") from None
+            if isinstance(exc, RecordingError):
+                raise
+            raise RecordingError(f"cannot write {self.path}: {_sqlite_problem(exc)}") from None
+
+    def _create(self) -> None:
+        """Create the file, exclusively: of two lpxtops started on one path at once, one creates it and the
+        other is told it exists (a check before SQLite's own open would let both through)."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        except (OSError, sqlite3.Error) as exc:
+        except OSError as exc:
             raise RecordingError(f"cannot create {self.path}: {_sqlite_problem(exc)}") from None
         try:
-            db = self._db
-            db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # before any table: lets retention give space back
-            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            db.execute(f"PRAGMA user_version = {FORMAT_VERSION}")
-            mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise RecordingError(f"{self.path}: SQLite refused WAL mode ({mode}); record to a local disk")
-            # WAL + NORMAL: a commit survives the process being killed (not a power cut: then the last
-            # second or so may go), and commits do not wait for the disk.
-            db.execute("PRAGMA synchronous = NORMAL")
-            # Each commit appends its pages (~4 a second) to the log: fold them into the file about once a
-            # minute and keep the log file itself small.
-            db.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
-            db.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
-            db.executescript(SCHEMA)
-            with self.transaction():
-                self._put_meta({"format_version": FORMAT_VERSION, **meta})
-            # The chunks committed since the last compaction: (id, seq_first, seq_last, t_first, t_last, raw)
-            self._recent: list[tuple[int, int, int, float, float, bytes]] = []
-            self._recent_bytes = 0
-            self.payload_bytes = 0  # compressed bytes of the chunks and keyframes now in the file
-        except sqlite3.Error as exc:
-            self.close()
-            raise RecordingError(f"cannot write {self.path}: {_sqlite_problem(exc)}") from None
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise RecordingExists(f"{self.path} already exists: lpxtop does not append to a recording (nor "
+                                  "share one with another lpxtop writing it); choose another file name (or leave "
+                                  "--out out for a new one)") from None
+        except OSError as exc:
+            raise RecordingError(f"cannot create {self.path}: {_sqlite_problem(exc)}") from None
+        try:
+            st = os.fstat(fd)
+            self._identity = (st.st_dev, st.st_ino)
+        finally:
+            os.close(fd)
+
+    def _set_up(self, meta: Mapping[str, Any]) -> None:
+        db = self._db
+        db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # before any table: lets retention give space back
+        db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        db.execute(f"PRAGMA user_version = {FORMAT_VERSION}")
+        mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise RecordingError(f"{self.path}: SQLite refused WAL mode ({mode}); record to a local disk")
+        # WAL + NORMAL: a commit survives the process being killed (not a power cut: then the last
+        # second or so may go), and commits do not wait for the disk.
+        db.execute("PRAGMA synchronous = NORMAL")
+        # Each commit appends its pages (~4 a second) to the log: fold them into the file about once a
+        # minute and keep the log file itself small.
+        db.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
+        db.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
+        db.executescript(SCHEMA)
+        with self.transaction():
+            self._put_meta({"format_version": FORMAT_VERSION, **meta})
+
+    def _abandon(self) -> None:
+        """After a failed creation: close, and remove what this writer created (it holds nothing of use,
+        and left behind it would make the next try say "already exists")."""
+        db, self._db = self._db, None  # type: ignore[assignment]
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
+        if self._identity is None or not self.still_there():
+            return
+        for suffix in ("-wal", "-shm", ""):
+            with contextlib.suppress(OSError):
+                os.unlink(f"{self.path}{suffix}")
+
+    def still_there(self) -> bool:
+        """Whether the path still names the file this writer created (not deleted, its directory not
+        removed, not replaced by another file): SQLite writes on into a deleted file without a word."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self._identity
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
