@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from lpxtop.fleet.build import Reading
 from lpxtop.fleet.client import Answer, Series
-from lpxtop.fleet.promql import GAUGES, GPU_GAUGES, MEASURES, QUANTILES, TPOT_LOW_QUANTILES
+from lpxtop.fleet.promql import GAUGES, MEASURES, QUANTILES, TPOT_LOW_QUANTILES
 
 ENDPOINTS_PER_HOST = 4
 
