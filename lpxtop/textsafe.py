@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterable
 
 MASK = "***"
 # Shorter values are not registered: masking "ab" everywhere would garble text, and no real key is that short.
@@ -58,8 +59,11 @@ def register_secret(value: str | None) -> None:
         _secrets = secrets
 
 
-def redact(text: str) -> str:
-    """`text` with every registered secret and every bearer-like credential masked."""
+def redact(text: str, also: Iterable[str] = ()) -> str:
+    """`text` with every registered secret and every bearer-like credential masked, and the values in
+    `also` (secrets of one request only, never registered: a stranger's, longest first)."""
+    for value in sorted((v for v in also if v and len(v) >= MIN_SECRET_LEN), key=len, reverse=True):
+        text = text.replace(value, MASK)
     pattern = _secrets_pattern
     if pattern is not None:
         text = pattern.sub(MASK, text)

@@ -123,7 +123,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the standard library's name
-        log.debug("%s %s", self.address_string(), format % args)
+        if log.isEnabledFor(logging.DEBUG):
+            from lpxtop.export.probe import request_secrets
+            from lpxtop.textsafe import printable, redact
+
+            text = printable(format % args)
+            log.debug("%s %s", self.address_string(), redact(text, also=request_secrets(getattr(self, "path", ""))))
 
 
 class _Waiting:

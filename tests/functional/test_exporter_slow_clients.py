@@ -42,7 +42,7 @@ def _answer(client: socket.socket, timeout: float) -> bytes:
             if not chunk:
                 return data
             data += chunk
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         return data + b"<still open>"
     except OSError:
         return data
