@@ -208,7 +208,8 @@ def test_the_exporters_metrics_with_hostile_names_pass_both_parsers_and_promtool
         engine = build_engine(endpoints, window_s=300)
         exporter = stack.enter_context(Exporter(engine, ExporterSettings(listen_port=0, host_label='host "x"\\')))
         stack.enter_context(engine)
-        wait_for(lambda: all(v.probes_ok >= 2 and v.model for v in engine.snapshot().endpoints), timeout=20)
+        wait_for(lambda: len(views := engine.snapshot().endpoints) == len(names)
+                 and all(v.probes_ok >= 2 and v.model for v in views), timeout=20)
         plain = httpx.get(f"{exporter.url}/metrics", timeout=5).text
         open_metrics = httpx.get(f"{exporter.url}/metrics", headers={"Accept": "application/openmetrics-text"},
                                  timeout=5).text
