@@ -403,11 +403,14 @@ def _run_once(args: argparse.Namespace) -> int:
     recorder = None
     if args.record:
         from lpxtop.record.recorder import Recorder
-        from lpxtop.record.store import RecordingError
+        from lpxtop.record.store import RecordingExists
 
+        # A file that exists is a usage error; one that cannot be written (a full disk) stops only the
+        # recording: the report is still printed, with the recorder's alert.
         try:
-            recorder = Recorder.start_for(engine, args.record, endpoints=file_config.endpoints, strict=True)
-        except RecordingError as exc:
+            recorder = Recorder.start_for(engine, args.record, endpoints=file_config.endpoints,
+                                          refuse_existing=True)
+        except RecordingExists as exc:
             _stop_otlp(otlp, quiet=True)
             raise ConfigError(str(exc)) from None
     try:

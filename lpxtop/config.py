@@ -192,8 +192,12 @@ class FileConfig:
     traces: dict = field(default_factory=dict)  # the [traces] table (lpxtop/engine/traces/settings.py)
 
 
-def normalize_url(text: str) -> str:
-    """Accept ``host:port``, ``http://host:port`` and ``http://host:port/v1``; return the API base URL."""
+def normalize_url(text: str, *, register: bool = True) -> str:
+    """Accept ``host:port``, ``http://host:port`` and ``http://host:port/v1``; return the API base URL.
+
+    A credential-looking query value is registered for masking in all of lpxtop's output, unless
+    `register` is False: for URLs a stranger sends (the exporter's `/probe?target=`), who must not
+    choose what lpxtop masks, nor grow the registry without bound."""
     raw = text.strip()
     if not raw:
         raise ConfigError("an empty endpoint URL")
@@ -221,7 +225,7 @@ def normalize_url(text: str) -> str:
     # A query (Azure's ?api-version=...) is kept and sent with every request to the endpoint.
     query = f"?{parts.query}" if parts.query else ""
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if SECRET_PARAM.search(name):  # masked wherever it would be shown
+        if register and SECRET_PARAM.search(name):  # masked wherever it would be shown
             register_secret(value)
     return f"{parts.scheme}://{parts.netloc}{path}{query}"
 

@@ -12,7 +12,10 @@ in time, never a scrape timeout.
 
 A target that is one of the exporter's own endpoints (same URL, or its name) is probed with that
 endpoint's settings, API key and headers included; any other target gets no credentials, so a
-scrape cannot send a key to a host of its choosing.
+scrape cannot send a key to a host of its choosing. Nor does a request register anything: a
+credential-looking value in a stranger's target URL is masked in what lpxtop logs of that request
+only (`request_secrets`), so whoever reaches `/probe` neither grows lpxtop's secret registry nor
+chooses strings lpxtop masks everywhere.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, quote, quote_plus, urlsplit
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -33,7 +36,7 @@ from lpxtop.config import ConfigError, normalize_url
 from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.export.settings import MAX_PROBE_TIMEOUT_S, PROBE_TIMEOUT_MARGIN_S
-from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.model.endpoint import SECRET_PARAM, EndpointConfig
 from lpxtop.model.probe import ERROR_KINDS, Sample
 
 MIN_BUDGET_S = 0.2
@@ -72,7 +75,7 @@ def resolve_target(target: str | None, model: str | None, known: Sequence[Endpoi
             break
     else:
         try:
-            url = normalize_url(target)
+            url = normalize_url(target, register=False)  # a stranger's URL: nothing of it is registered
         except ConfigError as exc:
             raise ProbeRefused(400, f"bad target: {exc}") from None
         chosen = next((c for c in known if c.url.rstrip("/") == url.rstrip("/")), None)
@@ -81,6 +84,22 @@ def resolve_target(target: str | None, model: str | None, known: Sequence[Endpoi
     if model:
         chosen = replace(chosen, model=model)
     return chosen
+
+
+def request_secrets(path: str) -> list[str]:
+    """The credential-looking values in a request's query and in its `target` URL's query, raw and
+    %-encoded: masked in what lpxtop logs of this request only (`textsafe.redact(text, also=...)`)."""
+    found: list[str] = []
+
+    def collect(query: str, depth: int) -> None:
+        for name, value in parse_qsl(query, keep_blank_values=True):
+            if SECRET_PARAM.search(name) and len(found) < 64:
+                found.extend((value, quote(value, safe=""), quote_plus(value)))
+            if name == "target" and depth < 2:
+                collect(urlsplit(value if "://" in value else f"http://{value}").query, depth + 1)
+
+    collect(urlsplit(path).query, 0)
+    return found
 
 
 class ProbeRunner:

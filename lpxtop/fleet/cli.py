@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -109,6 +108,8 @@ def fleet_json(settings, snapshot) -> dict:
 
 def run(command: str, args: argparse.Namespace) -> int:
     from lpxtop.fleet.source import FleetSource
+    from lpxtop.jsonout import dumps
+    from lpxtop.textsafe import printable
 
     settings = settings_from_args(args)
     if args.print_queries:
@@ -120,10 +121,10 @@ def run(command: str, args: argparse.Namespace) -> int:
     source = FleetSource(settings)
     if args.json:
         snapshot = source.collect_once()
-        print(json.dumps(fleet_json(settings, snapshot), indent=2))
+        print(dumps(fleet_json(settings, snapshot), indent=2))  # valid JSON whatever numbers Prometheus holds
         unreachable = any(a.kind == "prometheus" and a.severity == "critical" for a in snapshot.alerts)
         if unreachable:
-            print(f"lpxtop: {snapshot.alerts[0].message}", file=sys.stderr)
+            print(f"lpxtop: {printable(snapshot.alerts[0].message)}", file=sys.stderr)
             return 3
         return 1 if any(v.status == "down" for v in snapshot.endpoints) else 0
     return _open_ui(source, args)

@@ -3,6 +3,10 @@
 Plain GETs through lpxtop's own HTTP client (engine/httpclient.py). Every query has a deadline (sent
 to Prometheus as `timeout=` too, so it stops working on it), a cap on the answer's bytes and on the
 series kept; each failure becomes a `PromError` whose message is one line that says what to do.
+
+Everything Prometheus sends that lpxtop may show — label names and values, error messages, warnings —
+passes `textsafe` here, where it enters: no terminal control sequence (a window title, a clipboard
+write) reaches the dashboard, stderr or JSON, and the bearer token is masked if a proxy echoes it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlencode, urlsplit
 
 from lpxtop.engine.httpclient import BodyTooLarge, ConnectError, HttpClient, HttpError, HttpTimeout, Timeout
+from lpxtop.textsafe import scrub, scrub_recurring
 
 DEFAULT_TIMEOUT_S = 5.0
 MAX_SERIES = 2000  # per query: a selector that matches a whole cluster's series is cut here
@@ -54,6 +59,9 @@ def normalize_base(url: str) -> str:
     parts = urlsplit(raw)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{url!r} is not a Prometheus URL (try http://127.0.0.1:9090)")
+    if parts.username or parts.password:  # never sent, and it would be shown in every status line
+        raise ValueError("credentials in the URL are not supported: put a bearer token in an environment "
+                         "variable and name it with --prometheus-token-env")
     return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
 
 
@@ -98,20 +106,20 @@ class PromClient:
         except HttpError as exc:
             raise PromError(f"Prometheus at {self.base}: {_reason(exc)}") from None
         except OSError as exc:
-            raise PromError(f"cannot reach Prometheus at {self.base}: {exc.strerror or exc}") from None
+            raise PromError(f"cannot reach Prometheus at {self.base}: {_clean(str(exc.strerror or exc))}") from None
         return self._decode(response.status_code, response.content)
 
     def _decode(self, status: int, body: bytes) -> Answer:
         try:
             doc = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
             doc = None
         if not isinstance(doc, dict) or "status" not in doc:
             raise PromError(f"{self.base} answered HTTP {status} with something that is not Prometheus' API "
                             "(a proxy, or the wrong port?)")
         if doc.get("status") != "success":
-            error = str(doc.get("error") or "no reason given")[:300]
-            kind = doc.get("errorType") or f"HTTP {status}"
+            error = _clean(str(doc.get("error") or "no reason given"))[:300]
+            kind = _clean(str(doc.get("errorType") or f"HTTP {status}"))[:60]
             raise PromError(f"Prometheus refused a query ({kind}): {error}")
         data = doc.get("data")
         if not isinstance(data, dict):
@@ -121,17 +129,19 @@ class PromClient:
         if kind == "scalar" and isinstance(result, list):
             return Answer([Series({}, _points([result]))])
         if kind not in ("vector", "matrix") or not isinstance(result, list):
-            raise PromError(f"{self.base}: an answer of type {kind!r}, not a vector or a matrix")
+            raise PromError(f"{self.base}: an answer of type {_clean(repr(kind))[:60]}, not a vector or a matrix")
         truncated = max(0, len(result) - self.max_series)
         series: list[Series] = []
         for item in result[: self.max_series]:
             if not isinstance(item, dict):
                 continue
             metric = item.get("metric")
-            labels = {str(k): str(v) for k, v in metric.items()} if isinstance(metric, dict) else {}
+            labels = ({scrub_recurring(str(k)): scrub_recurring(str(v)) for k, v in metric.items()}
+                      if isinstance(metric, dict) else {})
             raw = item.get("values") if kind == "matrix" else [item.get("value")]
             series.append(Series(labels, _points(raw)))
-        warnings = tuple(str(w)[:200] for w in doc.get("warnings") or ())
+        raw_warnings = doc.get("warnings")
+        warnings = tuple(_clean(str(w))[:200] for w in raw_warnings[:10]) if isinstance(raw_warnings, list) else ()
         return Answer(series, truncated, warnings)
 
 
@@ -151,10 +161,16 @@ def _points(raw: object) -> list[tuple[float, float]]:
     return points
 
 
+def _clean(text: str) -> str:
+    """Text from Prometheus (or from a proxy in front of it) as lpxtop may show it: one line, no control
+    sequences, secrets (the bearer token among them) masked."""
+    return scrub(text) or ""
+
+
 def _reason(exc: BaseException) -> str:
     cause = exc
     while cause.__cause__ is not None:
         cause = cause.__cause__
     if isinstance(cause, OSError) and cause.strerror:
-        return cause.strerror.lower()
-    return str(exc) or type(exc).__name__
+        return _clean(cause.strerror.lower())
+    return _clean(str(exc) or type(exc).__name__)

@@ -4,7 +4,8 @@ The UI renders its snapshots as it renders the live engine's and cannot tell the
 the controls that steer probing (pause, reset, interval, process signals) are refused with a line
 that says why (`refusal`). A background thread with its own event loop asks Prometheus every
 `refresh_s`; the UI only ever reads the newest snapshot. Prometheus down, slow or refusing queries
-becomes an alert line (and the last good rows stay on screen), never an exception.
+becomes an alert line (and the last good rows stay on screen), never an exception; so does an answer
+the view cannot use: the poller never stops.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lpxtop import __version__
+from lpxtop import __version__, textsafe
 from lpxtop.engine.httpclient import HttpClient
 from lpxtop.fleet.build import Reading, alerts, endpoint_views, gpus, ports
 from lpxtop.fleet.client import Answer, PromClient, PromError
@@ -224,10 +225,19 @@ class FleetSource:
         else:
             reading.charts = self._charts
         self._seq += 1
-        snapshot = build_snapshot(self.settings, reading, started_at=self._started_at, seq=self._seq,
-                                  last_good=self._last_good, previous=self._snapshot)
-        if "rows" not in reading.errors:
-            self._last_good = reading.taken_at
+        try:
+            snapshot = build_snapshot(self.settings, reading, started_at=self._started_at, seq=self._seq,
+                                      last_good=self._last_good, previous=self._snapshot)
+        except Exception as exc:  # noqa: BLE001 - an answer lpxtop cannot read is a status line, never a dead poller
+            log.exception("fleet view: building the snapshot failed")
+            failed = Reading(taken_at=reading.taken_at, errors={
+                "rows": f"the fleet view could not use Prometheus' answer ({type(exc).__name__}: "
+                        f"{textsafe.scrub(str(exc))})"})
+            snapshot = build_snapshot(self.settings, failed, started_at=self._started_at, seq=self._seq,
+                                      last_good=self._last_good, previous=self._snapshot)
+        else:
+            if "rows" not in reading.errors:
+                self._last_good = reading.taken_at
         self._snapshot = snapshot
         return snapshot
 
@@ -274,7 +284,10 @@ class FleetSource:
         async with _http() as http:
             while not self._stopping.is_set():
                 began = time.monotonic()
-                await self.refresh(http)
+                try:
+                    await self.refresh(http)
+                except Exception:  # noqa: BLE001 - refresh turns failures into status lines; this is the last net
+                    log.exception("fleet refresh failed")
                 delay = max(0.2, self.settings.refresh_s - (time.monotonic() - began))
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), delay)

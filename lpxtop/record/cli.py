@@ -83,6 +83,7 @@ def _run_record(args: argparse.Namespace) -> int:
     from lpxtop.record.recorder import Recorder
     from lpxtop.record.retention import format_size, parse_duration
     from lpxtop.record.settings import resolve
+    from lpxtop.record.store import RecordingError, RecordingExists
 
     duration = parse_duration(args.duration) if args.duration else None
     file_config = _load(args)
@@ -90,14 +91,20 @@ def _run_record(args: argparse.Namespace) -> int:
     engine = _engine_for(args, file_config)
     path = settings.target()
     otlp = _otlp_for(engine, args, file_config)
+    # Before the file exists: a SIGTERM from then on ends the recording cleanly, never half-way.
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         recorder = Recorder.start_for(engine, path, endpoints=file_config.endpoints, retention=settings.retention,
                                       clean_dir=settings.cleans_directory, strict=True, meta={"command": "record"})
-    except Exception:
+    except RecordingError as exc:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         _stop_otlp(otlp, quiet=True)
-        raise
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+        if isinstance(exc, RecordingExists):
+            raise  # a usage error (exit 2)
+        print(f"lpxtop record: recording stopped: {exc}", file=sys.stderr)  # a full disk, no permission
+        return EXIT_FAILED
     if not args.quiet:
         what = f"{len(file_config.endpoints)} endpoint(s)" if file_config.endpoints else "the endpoints found here"
         until = f"for {args.duration}" if duration else "until Ctrl-C"
@@ -121,7 +128,8 @@ def _run_record(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     if recorder.failure is not None:
         print(f"lpxtop record: recording stopped: {recorder.failure}", file=sys.stderr)
-        print(path)
+        if recorder.kept_path is not None:  # what was committed before the failure
+            print(recorder.kept_path)
         return EXIT_FAILED
     if not args.quiet:
         seconds = time.monotonic() - began

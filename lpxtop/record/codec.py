@@ -195,27 +195,78 @@ class Decoder:
         if origin is tuple:
             if len(args) == 2 and args[1] is Ellipsis:
                 item = self._converter(args[0])
-                return lambda v: tuple(item(x) for x in v) if v is not None else ()
+                return lambda v: tuple(item(x) for x in _list(v)) if v is not None else ()
             if args:
                 items = [self._converter(a) for a in args]
-                return lambda v: tuple(c(x) for c, x in zip(items, v)) if v is not None else None
-            return lambda v: tuple(v) if v is not None else ()
+
+                def fixed(v: Any) -> Any:
+                    if v is None:
+                        return None
+                    if len(_list(v)) != len(items):
+                        raise DecodeError(f"expected {len(items)} values, got {len(v)}")
+                    return tuple(c(x) for c, x in zip(items, v))
+
+                return fixed
+            return lambda v: tuple(_list(v)) if v is not None else ()
         if origin in (list, typing.List) or origin is _abc_sequence():  # noqa: UP006
             item = self._converter(args[0]) if args else _identity
-            return lambda v: [item(x) for x in v] if v is not None else []
+            return lambda v: [item(x) for x in _list(v)] if v is not None else []
         if origin in (dict, typing.Dict) or origin is _abc_mapping():  # noqa: UP006
             key = self._converter(args[0]) if args else _identity
             val = self._converter(args[1]) if len(args) > 1 else _identity
-            return lambda v: {key(k): val(x) for k, x in v.items()} if v is not None else {}
+            return lambda v: {key(k): val(x) for k, x in _dict(v).items()} if v is not None else {}
+        # Plain values are checked against their type: a crafted file's "fast" where a float belongs
+        # is a DecodeError here (the record is skipped and the damage said), never a TypeError later in
+        # whatever reads the record (export, replay, the dashboard).
         if tp is float:
-            return lambda v: float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+            return _float
         if tp is int:
-            return lambda v: int(v) if isinstance(v, str) and v.lstrip("-").isdigit() else v
+            return _int
+        if tp is bool:
+            return lambda v: v if isinstance(v, bool) else _wrong(v, "true or false")
+        if tp is str:
+            return lambda v: v if isinstance(v, str) else _wrong(v, "text")
         return _identity
 
 
 def _identity(v: Any) -> Any:
     return v
+
+
+def _wrong(v: Any, expected: str) -> Any:
+    raise DecodeError(f"{type(v).__name__} where {expected} belongs")
+
+
+def _float(v: Any) -> float:
+    if isinstance(v, float):
+        return v
+    if isinstance(v, int) and not isinstance(v, bool):
+        try:
+            return float(v)
+        except OverflowError:
+            return float("inf") if v > 0 else float("-inf")
+    return _wrong(v, "a number")
+
+
+MAX_INT = 10**300  # beyond this no float holds it (1e308), and arithmetic with floats raises
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, int) and not isinstance(v, bool):
+        if -MAX_INT <= v <= MAX_INT:
+            return v
+        return _wrong(v, "an integer a float holds")
+    if isinstance(v, str) and v.lstrip("-").isdigit() and v.isascii() and len(v) < 30:
+        return int(v)
+    return _wrong(v, "an integer")
+
+
+def _list(v: Any) -> list:
+    return v if isinstance(v, list) else _wrong(v, "a list")
+
+
+def _dict(v: Any) -> dict:
+    return v if isinstance(v, dict) else _wrong(v, "an object")
 
 
 def _abc_mapping() -> Any:

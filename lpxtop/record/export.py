@@ -3,27 +3,43 @@
 JSONL is the complete form: a probe line carries every field of the recorded sample (so fields other
 developers add appear without a change here) next to the stable keys `type`, `endpoint`, `time` (Unix
 seconds, when the probe was sent), `ok`, `error` (the kind, or null), `ttft_ms`, `e2e_ms`, `itl_ms`
-(list) and `output_tokens`. CSV has one kind of line per file (lists joined by spaces, nested values as
-JSON). OpenMetrics holds gauges with their recorded timestamps, each family contiguous and each series
-in time order, ending with `# EOF`, as `promtool tsdb create-blocks-from openmetrics` requires; the
-families are spooled through temporary files, so a long recording is not held in memory.
+(list) and `output_tokens`; it is written by lpxtop/jsonout.py (a non-finite number is null), so every
+line is RFC 8259 JSON.
+
+CSV has one kind of line per file (lists joined by spaces, nested values as JSON). Text that a
+spreadsheet would run as a formula — a cell starting with `=`, `+`, `-`, `@`, tab or carriage return,
+as a model id or a server's error message may — is written with a leading `'` (OWASP's advice for CSV
+injection), which spreadsheets show as text and do not run; a cell that is a plain number (`-1.5`,
+`+3`, `-2e-05`) is left as it is, so numbers stay numbers whichever way they reached the row. Python's
+`csv` reads every cell back as written, the `'` included.
+
+OpenMetrics holds gauges with their recorded timestamps, each family contiguous, each series of a
+family contiguous and in time order (OpenMetrics and Prometheus' own parser require both: "invalid
+metric grouping" otherwise), ending with `# EOF`, as `promtool tsdb create-blocks-from openmetrics`
+requires. Values no float holds and times outside 1970–9999 are left out. The lines are spooled through
+a temporary SQLite file and read back by family and series, so a long recording is not held in memory.
 """
 
 from __future__ import annotations
 
 import csv
 import heapq
-import json
 import math
+import os
+import re
+import sqlite3
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import fields, is_dataclass
 from typing import IO, Any
 
+from lpxtop.jsonout import dumps, json_safe
 from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.events import AlertsEvent, ControlEvent, GpuEvent, SampleEvent, ScrapeEvent, SystemEvent
 from lpxtop.record.reading import Event, Recording
 from lpxtop.record.records import Mark
+from lpxtop.record.store import is_time
+from lpxtop.textsafe import printable
 
 FORMATS = ("jsonl", "csv", "openmetrics")
 LOAD_MARKS = ("load_step", "load")  # lpxtop load's marks (lpxtop/load/recording.py)
@@ -205,19 +221,34 @@ def _plain(value: Any) -> Any:
 def _write_jsonl(rows: Iterable[dict], out: IO[str]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for row in rows:
-        out.write(json.dumps(row, ensure_ascii=False, default=str))
+        out.write(dumps(_plain(row), ensure_ascii=False))
         out.write("\n")
         counts[row["type"]] = counts.get(row["type"], 0) + 1
     return counts
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def csv_safe(text: str) -> str:
+    """`text` as a CSV cell no spreadsheet runs as a formula: a leading `'` when it starts with a formula
+    character, unless it is a plain number (see the module's docstring)."""
+    if text.startswith(FORMULA_START) and not _PLAIN_NUMBER.fullmatch(text):
+        return "'" + text
+    return text
+
+
 def _cell(value: Any) -> Any:
+    value = json_safe(_plain(value))  # what JSONL writes as null (non-finite, beyond 64 bits) is empty here
     if value is None:
         return ""
     if isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
-        return " ".join(repr(v) for v in value)
-    if isinstance(value, (list, dict)):
-        return json.dumps(value, ensure_ascii=False, default=str)
+        value = " ".join(repr(v) for v in value)
+    elif isinstance(value, (list, dict)):
+        value = dumps(value, ensure_ascii=False)
+    if isinstance(value, str):
+        return csv_safe(value)
     return value
 
 
@@ -227,7 +258,7 @@ def _write_csv(rows: Iterable[dict], out: IO[str]) -> dict[str, int]:
     for row in rows:
         if writer is None:
             writer = csv.DictWriter(out, fieldnames=list(row), extrasaction="ignore", lineterminator="\n")
-            writer.writeheader()
+            writer.writerow({name: csv_safe(str(name)) for name in row})  # the header, as the cells
         writer.writerow({k: _cell(v) for k, v in row.items()})
         counts[row["type"]] = counts.get(row["type"], 0) + 1
     return counts
@@ -301,45 +332,76 @@ FAMILIES: tuple[Family, ...] = (
 
 
 def _label_value(text: str) -> str:
+    """A label value as OpenMetrics escapes it (backslash, double quote); newlines become spaces and other
+    control characters are dropped (the text is shown by Grafana and terminals later)."""
+    text = printable(str(text))
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _number(value: float) -> str:
-    return repr(float(value)) if isinstance(value, float) else str(value)
+def _number(value: Any) -> str | None:
+    """A sample value as OpenMetrics writes it, or None when no finite float holds it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        as_float = float(value)
+    except OverflowError:
+        return None
+    if not math.isfinite(as_float):
+        return None
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def _write_openmetrics(rows: Iterable[dict], out: IO[str]) -> dict[str, int]:
     by_type: dict[str, list[int]] = {}
     for index, family in enumerate(FAMILIES):
         by_type.setdefault(family[2], []).append(index)
-    spools = [tempfile.TemporaryFile("w+", encoding="utf-8") for _ in FAMILIES]  # noqa: SIM115 - closed below
+    series_ids: dict[str, int] = {}
     last: dict[str, float] = {}  # series -> its last timestamp: each series strictly in time order
     counts: dict[str, int] = {}
-    try:
-        for row in rows:
-            for index in by_type.get(row["type"], ()):
-                name, _, _, value_of, labels_of = FAMILIES[index]
-                value = value_of(row)
-                if value is None or isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+    with tempfile.TemporaryDirectory(prefix="lpxtop-export-") as spool_dir:
+        spool = sqlite3.connect(os.path.join(spool_dir, "lines.db"), isolation_level=None)
+        try:
+            spool.execute("PRAGMA journal_mode = OFF")
+            spool.execute("PRAGMA synchronous = OFF")
+            spool.execute("CREATE TABLE lines (family INTEGER NOT NULL, series INTEGER NOT NULL, line TEXT NOT NULL)")
+            spool.execute("BEGIN")
+            batch: list[tuple[int, int, str]] = []
+            for row in rows:
+                time_s = row.get("time")
+                if not is_time(time_s):
                     continue
-                labels = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(labels_of(row).items()))
-                series = f"{name}{{{labels}}}" if labels else name
-                stamp = round(float(row["time"]), 3)
-                if last.get(series, float("-inf")) >= stamp:
+                stamp = round(float(time_s), 3)
+                for index in by_type.get(row["type"], ()):
+                    name, _, _, value_of, labels_of = FAMILIES[index]
+                    try:
+                        number = _number(value_of(row))
+                        labels = labels_of(row)
+                    except (ArithmeticError, TypeError, ValueError, KeyError):
+                        continue
+                    if number is None:
+                        continue
+                    text = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(labels.items()))
+                    series = f"{name}{{{text}}}" if text else name
+                    if last.get(series, float("-inf")) >= stamp:
+                        continue
+                    last[series] = stamp
+                    series_id = series_ids.setdefault(series, len(series_ids))
+                    batch.append((index, series_id, f"{series} {number} {stamp:.3f}\n"))
+                    counts[name] = counts.get(name, 0) + 1
+                if len(batch) >= 10_000:
+                    spool.executemany("INSERT INTO lines VALUES (?, ?, ?)", batch)
+                    batch.clear()
+            spool.executemany("INSERT INTO lines VALUES (?, ?, ?)", batch)
+            spool.execute("COMMIT")
+            spool.execute("CREATE INDEX lines_order ON lines (family, series)")  # rowid: time order within
+            for index, (name, help_text, _, _, _) in enumerate(FAMILIES):
+                if not counts.get(name):
                     continue
-                last[series] = stamp
-                spools[index].write(f"{series} {_number(value)} {stamp:.3f}\n")
-                counts[name] = counts.get(name, 0) + 1
-        for index, (name, help_text, _, _, _) in enumerate(FAMILIES):
-            if not counts.get(name):
-                continue
-            out.write(f"# HELP {name} {help_text}\n# TYPE {name} gauge\n")
-            spool = spools[index]
-            spool.seek(0)
-            for line in spool:
-                out.write(line)
-        out.write("# EOF\n")
-    finally:
-        for spool in spools:
+                out.write(f"# HELP {name} {help_text}\n# TYPE {name} gauge\n")
+                for (line,) in spool.execute("SELECT line FROM lines WHERE family = ? ORDER BY series, rowid",
+                                             (index,)):
+                    out.write(line)
+            out.write("# EOF\n")
+        finally:
             spool.close()
     return counts

@@ -11,10 +11,13 @@ from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S
 from lpxtop.model.snapshot import Snapshot
 from lpxtop.record.codec import DecodeError, Decoder, record_types
 from lpxtop.record.records import KEYFRAME_TYPE, STREAM_TYPES, Mark
-from lpxtop.record.store import StoreReader
+from lpxtop.record.store import StoreReader, is_seq, is_time
 from lpxtop.record.timeparse import format_moment
 
 TYPES = record_types((*STREAM_TYPES, KEYFRAME_TYPE))
+# The largest settings a recording may carry (a crafted 1e308 would make every window endless).
+MAX_WINDOW_S = 86_400.0 * 366
+MAX_SAMPLES = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -34,10 +37,22 @@ class Recording:
         self.store = StoreReader(path)
         self.decoder = Decoder(self.store.layouts, TYPES)
         meta = self.store.meta
-        self.window_s = float(meta.get("window_s") or DEFAULT_WINDOW_S)
-        self.max_samples = int(meta.get("max_samples") or DEFAULT_MAX_SAMPLES)
-        self.pruned_after_seq = meta.get("pruned_after_seq")
+        self.window_s = float(self._setting("window_s", DEFAULT_WINDOW_S, 1.0, MAX_WINDOW_S))
+        self.max_samples = int(self._setting("max_samples", DEFAULT_MAX_SAMPLES, 1, MAX_SAMPLES))
+        pruned = meta.get("pruned_after_seq")
+        self.pruned_after_seq = pruned if is_seq(pruned) else None
         self._skipped_types: set[str] = set()
+
+    def _setting(self, key: str, default: float, low: float, high: float) -> float:
+        """A number from the file's settings, within what lpxtop itself accepts, else the default (said)."""
+        value = self.store.meta.get(key)
+        if value is None:
+            return default
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high:
+            return value
+        self.store.damage.note(f"the recording's {key} ({str(value)[:40]}) is not one lpxtop writes; "
+                               f"{default:g} is used")
+        return default
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -69,8 +84,11 @@ class Recording:
                     continue
                 try:
                     t, name, values = item
+                    if not is_time(t) or not isinstance(name, str):
+                        raise ValueError
                 except (TypeError, ValueError):
-                    self.store.damage.note(f"chunk {chunk.id}: a malformed event")
+                    self.store.damage.note(f"chunk {chunk.id}: a malformed event", chunk.id,
+                                           (chunk.t_first, chunk.t_last))
                     continue
                 if (t_from is not None and t < t_from) or (t_to is not None and t > t_to):
                     continue

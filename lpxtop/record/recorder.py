@@ -5,7 +5,10 @@ recording cannot delay a probe's timestamps. Everything else — encoding, compr
 retention, working out which alerts began — happens on the writer thread, which wakes once a second.
 
 Failures never stop the monitoring: a full disk or an unwritable path stops the recording, and the
-recorder's alert ("recording stopped: …") shows in the alerts bar and in JSON until lpxtop exits.
+recorder's alert ("recording stopped: …") shows in the alerts bar and in JSON until lpxtop exits; what
+was committed before stays in the file, and the alert says until when. The writer checks once a second
+that its path still names its file (SQLite writes on into a deleted one without a word): a file deleted,
+or its directory, stops the recording the same way, and nothing is then said to be stored.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from lpxtop.model.snapshot import Snapshot
 from lpxtop.record.codec import Encoder
 from lpxtop.record.records import EndpointInfo
 from lpxtop.record.retention import Retention, clean_directory
-from lpxtop.record.store import RecordingError, StoreWriter
+from lpxtop.record.store import RecordingError, RecordingExists, StoreWriter
 
 log = logging.getLogger("lpxtop.record")
 
@@ -121,6 +124,7 @@ class Recorder:
         self.last_commit_time: float | None = None
         self._closed = False
         self._stored_at_close = 0
+        self.kept = True  # False when there is no file of this recording on disk (never created, or deleted)
         info = {
             "lpxtop_version": __version__,
             "host": socket.gethostname(),
@@ -145,10 +149,12 @@ class Recorder:
         retention: Retention | None = None,
         clean_dir: Path | None = None,
         strict: bool = False,
+        refuse_existing: bool = False,
         meta: Mapping[str, Any] | None = None,
     ) -> Recorder:
         """A recorder attached to `engine` (not yet started). With `strict` a file that cannot be created
-        raises RecordingError; otherwise the recorder comes back stopped, with its alert."""
+        raises RecordingError, with `refuse_existing` only a file that exists already (RecordingExists, a
+        usage error); otherwise the recorder comes back stopped, with its alert, and monitoring goes on."""
         settings = getattr(engine, "settings", None)
         meta = {"include_client_limited": bool(getattr(settings, "include_client_limited", False)), **(meta or {})}
         try:
@@ -156,7 +162,7 @@ class Recorder:
                            max_samples=getattr(settings, "max_samples", None), retention=retention,
                            clean_dir=clean_dir, meta=meta)
         except RecordingError as exc:
-            if strict:
+            if strict or (refuse_existing and isinstance(exc, RecordingExists)):
                 raise
             recorder = cls.__new__(cls)
             recorder._init_failed(Path(path), str(exc), retention)
@@ -183,6 +189,7 @@ class Recorder:
         self._closed = True
         self.last_commit_time = None
         self._stored_at_close = 0
+        self.kept = False
 
     def attach(self, engine: Any, endpoints: Iterable[EndpointConfig] = ()) -> None:
         """Listen to `engine` and start the writer thread. `endpoints` are recorded at once (a headless
@@ -239,6 +246,12 @@ class Recorder:
     def recording(self) -> bool:
         return self.failure is None and not self._closed
 
+    @property
+    def kept_path(self) -> Path | None:
+        """The recording's file when it is on disk (also after a failure: it holds what was committed
+        before), None when there is none (it could not be created, or was deleted while recording)."""
+        return self.path if self.kept else None
+
     def status_line(self) -> str:
         """One line for the header and for `lpxtop record`'s output."""
         if self.failure is not None:
@@ -261,9 +274,12 @@ class Recorder:
         elif self._writer is not None and self.failure is None:
             self._flush()  # never started: commit what attach queued
         if self._writer is not None:
-            self._writer.close()
-            self._stored_at_close = self._writer.payload_bytes
-            self._writer = None
+            if self.failure is None and not self._writer.still_there():
+                self._vanished()  # also when nothing was committed since
+            else:
+                self._writer.close()
+                self._stored_at_close = self._writer.payload_bytes
+                self._writer = None
         self._closed = True
         if self.failure is None:
             self.status = "closed"
@@ -313,6 +329,9 @@ class Recorder:
                 return
             layouts, encoder.new_layouts = encoder.new_layouts, []
             self.bytes_written += writer.write(layouts=layouts, events=events, keyframes=keyframes, marks=marks)
+            if not writer.still_there():
+                self._vanished()
+                return
             self.events_written += len(events)
             self.commits += 1
             self.last_commit_time = time.time()
@@ -460,12 +479,22 @@ class Recorder:
         except sqlite3.Error as exc:
             self._fail(exc)
 
+    def _vanished(self) -> None:
+        """The file was deleted (or its directory, or another file put in its place) while recording."""
+        self.kept = False
+        self._stop_with(f"{self.path} was deleted or replaced while recording; nothing recorded is left there")
+
     def _fail(self, exc: BaseException) -> None:
         from lpxtop.record.store import _sqlite_problem
 
         reason = f"{_sqlite_problem(exc)} writing {self.path}"
         if self.last_commit_time is not None:
             reason += f" (kept up to {time.strftime('%H:%M:%S', time.localtime(self.last_commit_time))})"
+        else:
+            reason += " (nothing was recorded)"
+        self._stop_with(reason)
+
+    def _stop_with(self, reason: str) -> None:
         self.failure = reason
         self.status = f"stopped: {reason}"
         self._pending.clear()

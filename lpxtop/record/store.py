@@ -20,14 +20,20 @@ The format version is SQLite's `user_version` (readable however damaged `meta` i
 marked with an `application_id`, so retention never deletes a file lpxtop did not write.
 
 Damage: a killed writer loses at most the last uncommitted second (WAL); a truncated or corrupt file is
-read chunk by chunk, the unreadable ones counted and reported (`StoreReader.damage`).
+read chunk by chunk, the unreadable ones counted and reported (`StoreReader.damage`). A crafted file is
+damage too, never an exception: a chunk or keyframe inflates to at most MAX_UNPACKED_BYTES (a
+decompression bomb is refused at that size), JSON nests at most MAX_JSON_DEPTH deep, and every value a
+row, an event or a mark holds is checked for the type the writer puts there (codec.py checks the
+records' fields) before anything reads it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 import sqlite3
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
@@ -43,6 +49,13 @@ ZLIB_LEVEL = 6
 WAL_CHECKPOINT_PAGES = 256
 WAL_SIZE_LIMIT = 2_000_000
 COMPACT_LEVEL = 9
+# Bounds on what a reader accepts (a crafted file must not exhaust memory or the stack): a chunk or
+# keyframe inflates to at most MAX_UNPACKED_BYTES (the writer's compaction stays under COMPACT_MAX_RAW),
+# and JSON nests at most MAX_JSON_DEPTH deep (lpxtop's records: about ten).
+MAX_UNPACKED_BYTES = 32 * 2**20
+COMPACT_MAX_RAW = 16 * 2**20
+MAX_JSON_DEPTH = 64
+MAX_TIME = 253_402_300_799.0  # 9999-12-31T23:59:59Z: the last moment Python's time functions show
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -75,6 +88,10 @@ class RecordingError(Exception):
     """A recording cannot be created, opened or read; the message says why and what to do."""
 
 
+class RecordingExists(RecordingError):
+    """The file to record to exists already (a usage error: lpxtop never appends to or shares a recording)."""
+
+
 def dump(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
@@ -89,12 +106,57 @@ def pack_raw(raw: bytes, level: int = ZLIB_LEVEL) -> tuple[str, bytes]:
     return ("z", packed) if len(packed) < len(raw) else ("j", raw)
 
 
-def unpack(codec: str, data: bytes) -> Any:
+def unpack(codec: str, data: bytes, max_bytes: int = MAX_UNPACKED_BYTES) -> Any:
+    """A chunk's or keyframe's value. ValueError when it is not one lpxtop could have written: an unknown
+    codec, more than `max_bytes` once decompressed (a decompression bomb is never inflated past that),
+    JSON that does not parse or is nested deeper than MAX_JSON_DEPTH."""
+    if not isinstance(data, bytes) or not isinstance(codec, str):
+        raise ValueError(f"a {type(data).__name__} where compressed bytes belong")
     if codec == "z":
-        data = zlib.decompress(data)
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(data, max_bytes + 1)
+        if len(raw) > max_bytes or inflater.unconsumed_tail:
+            raise ValueError(f"larger than {max_bytes // 2**20} MiB once decompressed (lpxtop writes at most "
+                             f"{COMPACT_MAX_RAW // 2**20} MiB a chunk): a decompression bomb?")
+        data = raw
     elif codec != "j":
-        raise ValueError(f"unknown chunk codec {codec!r}")
-    return json.loads(data)
+        raise ValueError(f"unknown chunk codec {codec[:20]!r}")
+    elif len(data) > max_bytes:
+        raise ValueError(f"larger than {max_bytes // 2**20} MiB")
+    return loads(data)
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def loads(raw: bytes | str) -> Any:
+    """`json.loads` of text from a recording, refusing (ValueError) nesting deeper than MAX_JSON_DEPTH:
+    lpxtop's own records nest about ten deep, and a crafted file must not reach Python's recursion limit
+    here or in any reader after (export, replay)."""
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    brackets = _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    for _ in range(MAX_JSON_DEPTH):  # each pass removes the innermost level (or two, [{}])
+        reduced = brackets.replace(b"[]", b"").replace(b"{}", b"")
+        if len(reduced) == len(brackets):
+            break  # empty, or unbalanced (json.loads says so)
+        brackets = reduced
+    else:
+        if brackets:
+            raise ValueError(f"JSON nested too deep (more than {MAX_JSON_DEPTH} levels)")
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+
+
+def is_time(value: Any) -> bool:
+    """A Unix time lpxtop can show and write: a finite number from 1970 to the year 9999."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= MAX_TIME
+
+
+def is_seq(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
 
 
 def _clock(t: float) -> str:
@@ -105,7 +167,7 @@ def _clock(t: float) -> str:
 
 def _sqlite_problem(exc: BaseException) -> str:
     text = str(exc)
-    if "full" in text:
+    if "full" in text or getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         return f"the disk is full ({text})"
     if "readonly" in text or "read-only" in text or "unable to open" in text or isinstance(exc, PermissionError):
         return f"cannot write there ({text})"
@@ -117,39 +179,87 @@ class StoreWriter:
 
     def __init__(self, path: str | Path, meta: Mapping[str, Any]) -> None:
         self.path = Path(path)
-        if self.path.exists():
-            raise RecordingError(f"{self.path} already exists: lpxtop does not append to a recording; "
-                                 "choose another file name (or leave --out out for a new one)")
+        # Set before anything can fail, so that close() after a failed open has what it reads.
+        self._db: sqlite3.Connection = None  # type: ignore[assignment]
+        # The chunks committed since the last compaction: (id, seq_first, seq_last, t_first, t_last, raw)
+        self._recent: list[tuple[int, int, int, float, float, bytes]] = []
+        self._recent_bytes = 0
+        self.payload_bytes = 0  # compressed bytes of the chunks and keyframes now in the file
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file this writer created
+        self._create()
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._set_up(meta)
+        except (OSError, sqlite3.Error, RecordingError) as exc:
+            vanished = not self.still_there()
+            self._abandon()
+            if vanished:
+                raise RecordingError(f"{self.path} was deleted or replaced while being created") from None
+            if isinstance(exc, RecordingError):
+                raise
+            raise RecordingError(f"cannot write {self.path}: {_sqlite_problem(exc)}") from None
+
+    def _create(self) -> None:
+        """Create the file, exclusively: of two lpxtops started on one path at once, one creates it and the
+        other is told it exists (a check before SQLite's own open would let both through)."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        except (OSError, sqlite3.Error) as exc:
+        except OSError as exc:
             raise RecordingError(f"cannot create {self.path}: {_sqlite_problem(exc)}") from None
         try:
-            db = self._db
-            db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # before any table: lets retention give space back
-            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            db.execute(f"PRAGMA user_version = {FORMAT_VERSION}")
-            mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise RecordingError(f"{self.path}: SQLite refused WAL mode ({mode}); record to a local disk")
-            # WAL + NORMAL: a commit survives the process being killed (not a power cut: then the last
-            # second or so may go), and commits do not wait for the disk.
-            db.execute("PRAGMA synchronous = NORMAL")
-            # Each commit appends its pages (~4 a second) to the log: fold them into the file about once a
-            # minute and keep the log file itself small.
-            db.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
-            db.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
-            db.executescript(SCHEMA)
-            with self.transaction():
-                self._put_meta({"format_version": FORMAT_VERSION, **meta})
-            # The chunks committed since the last compaction: (id, seq_first, seq_last, t_first, t_last, raw)
-            self._recent: list[tuple[int, int, int, float, float, bytes]] = []
-            self._recent_bytes = 0
-            self.payload_bytes = 0  # compressed bytes of the chunks and keyframes now in the file
-        except sqlite3.Error as exc:
-            self.close()
-            raise RecordingError(f"cannot write {self.path}: {_sqlite_problem(exc)}") from None
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise RecordingExists(f"{self.path} already exists: lpxtop does not append to a recording (nor "
+                                  "share one with another lpxtop writing it); choose another file name (or leave "
+                                  "--out out for a new one)") from None
+        except OSError as exc:
+            raise RecordingError(f"cannot create {self.path}: {_sqlite_problem(exc)}") from None
+        try:
+            st = os.fstat(fd)
+            self._identity = (st.st_dev, st.st_ino)
+        finally:
+            os.close(fd)
+
+    def _set_up(self, meta: Mapping[str, Any]) -> None:
+        db = self._db
+        db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # before any table: lets retention give space back
+        db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        db.execute(f"PRAGMA user_version = {FORMAT_VERSION}")
+        mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise RecordingError(f"{self.path}: SQLite refused WAL mode ({mode}); record to a local disk")
+        # WAL + NORMAL: a commit survives the process being killed (not a power cut: then the last
+        # second or so may go), and commits do not wait for the disk.
+        db.execute("PRAGMA synchronous = NORMAL")
+        # Each commit appends its pages (~4 a second) to the log: fold them into the file about once a
+        # minute and keep the log file itself small.
+        db.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
+        db.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
+        db.executescript(SCHEMA)
+        with self.transaction():
+            self._put_meta({"format_version": FORMAT_VERSION, **meta})
+
+    def _abandon(self) -> None:
+        """After a failed creation: close, and remove what this writer created (it holds nothing of use,
+        and left behind it would make the next try say "already exists")."""
+        db, self._db = self._db, None  # type: ignore[assignment]
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
+        if self._identity is None or not self.still_there():
+            return
+        for suffix in ("-wal", "-shm", ""):
+            with contextlib.suppress(OSError):
+                os.unlink(f"{self.path}{suffix}")
+
+    def still_there(self) -> bool:
+        """Whether the path still names the file this writer created (not deleted, its directory not
+        removed, not replaced by another file): SQLite writes on into a deleted file without a word."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self._identity
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -214,16 +324,28 @@ class StoreWriter:
         old_bytes, self._recent_bytes = self._recent_bytes, 0
         if len(recent) < 2:
             return 0
-        raw = b"[" + b",".join(r[5][1:-1] for r in recent if len(r[5]) > 2) + b"]"
-        codec, data = pack_raw(raw, COMPACT_LEVEL)
+        # consecutive runs of at most COMPACT_MAX_RAW bytes each (what a reader accepts is bounded)
+        groups: list[list] = [[]]
+        size = 0
+        for r in recent:
+            if groups[-1] and size + len(r[5]) > COMPACT_MAX_RAW:
+                groups.append([])
+                size = 0
+            groups[-1].append(r)
+            size += len(r[5])
+        written = 0
         with self.transaction() as db:
             db.executemany("DELETE FROM chunks WHERE id = ?", [(r[0],) for r in recent])
-            db.execute(
-                "INSERT INTO chunks (seq_first, seq_last, t_first, t_last, codec, data) VALUES (?, ?, ?, ?, ?, ?)",
-                (recent[0][1], recent[-1][2], min(r[3] for r in recent), max(r[4] for r in recent), codec, data),
-            )
-        self.payload_bytes += len(data) - old_bytes
-        return len(data)
+            for group in groups:
+                raw = b"[" + b",".join(r[5][1:-1] for r in group if len(r[5]) > 2) + b"]"
+                codec, data = pack_raw(raw, COMPACT_LEVEL)
+                db.execute(
+                    "INSERT INTO chunks (seq_first, seq_last, t_first, t_last, codec, data) VALUES (?, ?, ?, ?, ?, ?)",
+                    (group[0][1], group[-1][2], min(r[3] for r in group), max(r[4] for r in group), codec, data),
+                )
+                written += len(data)
+        self.payload_bytes += written - old_bytes
+        return written
 
     def size_bytes(self) -> int:
         total = 0
@@ -273,6 +395,23 @@ class StoreWriter:
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         with contextlib.suppress(sqlite3.Error):
             db.close()
+
+
+def _row_ok(row: tuple) -> bool:
+    """A chunk row's columns hold what the writer puts there (SQLite stores any value in any column)."""
+    _, seq_first, seq_last, t_first, t_last, _, _ = row
+    return (is_seq(seq_first) and is_seq(seq_last) and seq_first <= seq_last and is_time(t_first)
+            and is_time(t_last))
+
+
+def _layout(fields: Any) -> list[str] | None:
+    try:
+        layout = loads(fields) if isinstance(fields, (str, bytes)) else None
+    except ValueError:
+        return None
+    if isinstance(layout, list) and all(isinstance(f, str) for f in layout):
+        return layout
+    return None
 
 
 @dataclass
@@ -364,8 +503,10 @@ class StoreReader:
         meta: dict[str, Any] = {}
         try:
             for key, value in self._db.execute("SELECT key, value FROM meta"):
-                with contextlib.suppress(ValueError):
-                    meta[key] = json.loads(value)
+                try:
+                    meta[str(key)] = loads(value if isinstance(value, (str, bytes)) else str(value))
+                except ValueError as exc:
+                    self.damage.note(f"the recording's setting {str(key)[:40]!r} could not be read ({exc})")
         except sqlite3.Error as exc:
             self.damage.note(f"the recording's settings could not be read ({exc}); defaults used")
         return meta
@@ -374,16 +515,23 @@ class StoreReader:
         layouts: dict[str, list[str]] = {}
         try:
             for name, fields in self._db.execute("SELECT name, fields FROM layouts"):
-                layouts[name] = json.loads(fields)
-        except (sqlite3.Error, ValueError) as exc:
+                layout = _layout(fields)
+                if isinstance(name, str) and layout is not None:
+                    layouts[name] = layout
+                else:
+                    self.damage.note(f"the layout of {str(name)[:40]!r} records could not be read: they are "
+                                     "skipped")
+        except sqlite3.Error as exc:
             self.damage.note(f"the record layouts could not be read ({exc}): nothing can be decoded")
         return layouts
 
     def refresh(self) -> None:
         """Pick up layouts a live writer added since opening."""
-        with contextlib.suppress(sqlite3.Error, ValueError):
+        with contextlib.suppress(sqlite3.Error):
             for name, fields in self._db.execute("SELECT name, fields FROM layouts"):
-                self.layouts[name] = json.loads(fields)
+                layout = _layout(fields)
+                if isinstance(name, str) and layout is not None:
+                    self.layouts[name] = layout
 
     def time_range(self) -> tuple[float, float] | None:
         """First and last event times (from the intact chunks), or None for an empty recording."""
@@ -392,11 +540,12 @@ class StoreReader:
                 break
             try:
                 row = self._db.execute(sql).fetchone()
-                if row and row[0] is not None:
+                if row and is_time(row[0]) and is_time(row[1]):
                     return float(row[0]), float(row[1])
-                return None
+                if row is None or (row[0] is None and row[1] is None):
+                    return None
             except sqlite3.Error:
-                pass
+                pass  # (a crafted time: the chunks below are read one by one, each checked)
         first = last = None
         for chunk in self.chunks():
             first = chunk.t_first if first is None else min(first, chunk.t_first)
@@ -451,6 +600,9 @@ class StoreReader:
                 misses += 1
                 continue
             misses = 0
+            if not _row_ok(row):
+                self._decode_chunk(row)  # notes the damage
+                continue
             last_ok = (row[0], row[4])
             if after_seq is not None and row[2] <= after_seq:
                 continue
@@ -468,12 +620,15 @@ class StoreReader:
 
     def _decode_chunk(self, row: tuple) -> ChunkRow | None:
         chunk_id, seq_first, seq_last, t_first, t_last, codec, data = row
+        span = (t_first, t_last) if is_time(t_first) and is_time(t_last) else None
         try:
+            if not _row_ok(row):
+                raise ValueError("its sequence numbers or times are not numbers lpxtop writes")
             events = unpack(codec, data)
             if not isinstance(events, list) or len(events) != seq_last - seq_first + 1:
                 raise ValueError("wrong number of events")
         except (zlib.error, ValueError, TypeError) as exc:
-            self.damage.note(f"chunk {chunk_id} is corrupt ({exc})", chunk_id, (t_first, t_last))
+            self.damage.note(f"chunk {chunk_id} is corrupt ({exc})", chunk_id if is_seq(chunk_id) else None, span)
             return None
         return ChunkRow(chunk_id, seq_first, seq_last, t_first, t_last, events)
 
@@ -489,6 +644,8 @@ class StoreReader:
             return None
         for kid, after_seq, kt, codec, data in rows:
             try:
+                if not (is_seq(after_seq) and is_time(kt)):
+                    raise ValueError("its place or time is not a number lpxtop writes")
                 return after_seq, kt, unpack(codec, data)
             except (zlib.error, ValueError) as exc:
                 self.damage.note(f"keyframe {kid} is corrupt ({exc})")
@@ -497,8 +654,15 @@ class StoreReader:
     def first_keyframe(self) -> tuple[int, float, Any] | None:
         try:
             row = self._db.execute("SELECT after_seq, t, codec, data FROM keyframes ORDER BY t LIMIT 1").fetchone()
-            return (row[0], row[1], unpack(row[2], row[3])) if row else None
-        except (sqlite3.DatabaseError, zlib.error, ValueError):
+            if row is None:
+                return None
+            if not (is_seq(row[0]) and is_time(row[1])):
+                raise ValueError("its place or time is not a number lpxtop writes")
+            return row[0], row[1], unpack(row[2], row[3])
+        except (zlib.error, ValueError) as exc:
+            self.damage.note(f"the first keyframe is corrupt ({exc})")
+            return None
+        except sqlite3.DatabaseError:
             return None
 
     def marks(self) -> list[tuple[float, str, dict]]:
@@ -509,10 +673,18 @@ class StoreReader:
             return []
         marks = []
         for t, kind, payload in rows:
+            if not is_time(t) or not isinstance(kind, str):
+                self.damage.note("a mark with no readable time or kind is skipped")
+                continue
             try:
-                marks.append((t, kind, json.loads(payload)))
-            except ValueError:
-                marks.append((t, kind, {}))
+                value = loads(payload) if isinstance(payload, (str, bytes)) else None
+            except ValueError as exc:
+                self.damage.note(f"a {kind[:40]} mark's details could not be read ({exc})")
+                value = {}
+            if not isinstance(value, dict):
+                self.damage.note(f"a {kind[:40]} mark's details are not an object: left out")
+                value = {}
+            marks.append((float(t), kind, value))
         return marks
 
     def chunk_count(self) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import zlib
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,23 @@ def test_compaction_keeps_every_event_in_order_and_takes_less_room(tmp_path):
         # a read from the middle of a compacted chunk starts after the given event
         assert [e.seq for e in rec.events(after_seq=42)][:2] == [43, 44]
         assert [e.t for e in rec.events(t_from=1010.0, t_to=1010.5)] == [1010.0, 1010.2, 1010.4]
+
+
+def test_compaction_writes_chunks_no_larger_than_a_reader_accepts(tmp_path, monkeypatch):
+    """Readers refuse a chunk that inflates past store.MAX_UNPACKED_BYTES (a decompression bomb): the
+    writer's compaction splits a minute into runs of at most COMPACT_MAX_RAW bytes, so lpxtop never writes
+    one it would refuse."""
+    path = tmp_path / "r.lpxrec"
+    one_second = len(store.dump([[1000.0, "SampleEvent", [0] * 40]] * 5))
+    monkeypatch.setattr(store, "COMPACT_MAX_RAW", 3 * one_second)
+    n = write_events(path, 30, compact_every=10)
+    assert ttfts(path) == [float(i) for i in range(1, n + 1)]
+    with Recording(path) as rec:
+        assert rec.store.chunk_count() > 3 and rec.damage_summary() is None
+        db = sqlite3.connect(path)
+        for codec, data in db.execute("SELECT codec, data FROM chunks"):
+            assert len(zlib.decompress(data) if codec == "z" else data) <= 3 * one_second + 2
+        db.close()
 
 
 def test_a_corrupt_chunk_is_skipped_and_reported(tmp_path):

@@ -35,3 +35,24 @@ def test_escape_sequences_and_controls_are_removed():
 def test_scrubbed_text_never_holds_a_control_character(text):
     out = textsafe.scrub(text)
     assert not any(ord(c) < 32 and c != "\t" or 0x7F <= ord(c) <= 0x9F for c in out)
+
+
+@given(st.text())
+def test_the_remembering_scrub_is_scrub(text):
+    assert textsafe.scrub_recurring(text) == textsafe.scrub(text)
+    assert textsafe.scrub_recurring(text) == textsafe.scrub(text)  # a second time: from memory
+
+
+def test_the_remembering_scrub_forgets_when_a_secret_is_registered():
+    text = "label recurring-value-9f3a"
+    assert textsafe.scrub_recurring(text) == text
+    textsafe.register_secret("recurring-value-9f3a")
+    assert textsafe.scrub_recurring(text) == "label ***"
+
+
+def test_values_of_one_request_are_masked_without_being_registered():
+    registered = len(textsafe._secrets)
+    assert textsafe.redact("GET /probe?api_key=stranger-12345", also=["stranger-12345", "ab"]) == \
+        "GET /probe?api_key=***"
+    assert len(textsafe._secrets) == registered
+    assert textsafe.redact("stranger-12345") == "stranger-12345"
