@@ -67,7 +67,8 @@ async def test_fixed_load_screen_shows_the_steps_and_q_stops_the_test():
         await pilot.pause()
         assert isinstance(app.screen, LoadScreen)
         status = text_of(app.screen.query_one("#load-status"))
-        assert "step 5/5 · 16 concurrent · measuring · 42s left · 16 in flight" in status
+        assert "step 5 of 5 · 16 concurrent · measuring 42s left · 16 in flight, 61 sent" in status
+        assert "elapsed 5m00s · ETA 42s" in status  # the last step: what is left of its window
         assert "server now: running 12 · waiting 3" in status
         text = table_text(app)
         assert "4 conc ◆" in text and "missed ttft p95" in text
@@ -133,13 +134,14 @@ async def test_live_load_test_in_the_pilot_shows_what_the_report_holds():
 
 
 async def test_help_on_the_load_screen_lists_its_keys():
-    from lpxtop.ui.screens.load import LOAD_KEY_HELP, LoadHelpScreen
+    from lpxtop.ui.screens.help import HelpScreen
+    from lpxtop.ui.screens.load import LOAD_KEY_HELP
 
     _, app = fixed_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("question_mark")
         await pilot.pause()
-        assert isinstance(app.screen, LoadHelpScreen)
+        assert isinstance(app.screen, HelpScreen) and app.screen.page.title == "lpxtop load keys"
         shown = text_of(app.screen.query_one("#help-keys"))
         for keys, _ in LOAD_KEY_HELP:
             assert keys in shown
@@ -147,6 +149,6 @@ async def test_help_on_the_load_screen_lists_its_keys():
         await pilot.pause()
         assert isinstance(app.screen, LoadScreen)
     bound = {b.key for b in LoadScreen.BINDINGS}
-    listed = " ".join(k for k, _ in LOAD_KEY_HELP).replace("Ctrl-C", "ctrl+c").replace("?", "question_mark")
+    listed = " ".join(k for k, _ in LOAD_KEY_HELP).replace("Ctrl+C", "ctrl+c").replace("?", "question_mark")
     for key in bound - {"2", "3"}:
         assert key in listed, key
