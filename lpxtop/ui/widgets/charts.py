@@ -73,6 +73,8 @@ class ChartSpec:
     y_max: float | None = None
     x_label: str = ""
     empty_message: str = "no data yet"
+    integer_y: bool = False  # the y axis counts things (requests): whole-number ticks only
+    time_x: bool = True  # x is seconds relative to now (≤ 0): ticks read "30 … now"
 
     def __post_init__(self) -> None:
         # the same guard for the histogram's values, the reference lines and the axis limits
@@ -92,22 +94,96 @@ class ChartSpec:
         return not any(s.ys for s in self.series)
 
 
+def nice_ticks(lo: float, hi: float, count: int, integer: bool = False) -> list[float]:
+    """About `count` round tick values (steps of 1, 2, 2.5 or 5 × 10^k) covering lo..hi; whole numbers
+    only when `integer` (no 0.25 on a request count)."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return [0.0]
+    if hi <= lo:
+        hi = lo + (1.0 if integer or lo == 0 else abs(lo) * 0.1)
+    raw = (hi - lo) / max(1, count - 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw * 0.999)
+    if integer:
+        step = max(1.0, float(math.ceil(step)))
+    first = math.floor(lo / step + 1e-9) * step
+    ticks = []
+    value = first
+    while value <= hi + step * 1e-9 and len(ticks) < 50:
+        ticks.append(round(value, 10))
+        value += step
+    if ticks[-1] < hi - step * 1e-9:
+        ticks.append(round(ticks[-1] + step, 10))
+    return ticks
+
+
+def tick_text(value: float) -> str:
+    """A tick label as a person writes the number, at most 5 characters: 0.12, 3.4, 45.6, 780, 1250,
+    12.3k (never plotext's 7.8e2)."""
+    v = abs(value)
+    if v >= 99_950:
+        return f"{value / 1000:.0f}k"
+    if v >= 10_000:
+        return f"{value / 1000:.1f}k"
+    if v >= 100 or float(value).is_integer():
+        return f"{value:.0f}"
+    if v >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}".rstrip("0").rstrip(".") if v >= 0.01 else f"{value:.2g}"
+
+
+def seconds_ago_text(value: float) -> str:
+    """An x tick on a time axis: seconds before now, and `now` at 0."""
+    return "now" if abs(value) < 1e-9 else f"{-value:g}"
+
+
+def _y_range(spec: ChartSpec) -> tuple[float, float]:
+    ys = [y for s in spec.series for y in s.ys] + [lvl.y for lvl in spec.levels]
+    lo = spec.y_min if spec.y_min is not None else min(ys, default=0.0)
+    hi = spec.y_max if spec.y_max is not None else max(ys, default=1.0)
+    return lo, hi
+
+
+def _histogram(values: tuple[float, ...], bins: int) -> tuple[list[float], list[int], float]:
+    """(bin centres, counts, bin width) over the values' range."""
+    lo, hi = min(values), max(values)
+    width = (hi - lo) / bins if hi > lo else 1.0
+    counts = [0] * bins
+    for v in values:
+        counts[min(bins - 1, int((v - lo) / width)) if hi > lo else 0] += 1
+    return [lo + (i + 0.5) * width for i in range(bins)], counts, width
+
+
 def build_chart(spec: ChartSpec, width: int, height: int, colors: tuple[RGB, ...]) -> str:
-    """The chart as ANSI text, exactly `width` × `height` cells."""
+    """The chart as ANSI text, exactly `width` × `height` cells. Ticks are round numbers written plainly;
+    a time axis counts seconds back to `now`; a histogram draws no bar for an empty bin."""
     import plotext  # only once a detail screen opens: it costs ~7 MB that the main screen does not need
 
     fig = plotext.figure
     fig.clear()
+    y_count = max(3, min(6, height // 2))
+    x_count = max(2, min(7, width // 10))
     try:
         fig.plot_size(width, height)
         fig.theme("simple")
         fig.legend(active=False)  # the widget's title line names the series in their colours
         if spec.histogram:
+            centres, counts, bin_width = _histogram(spec.hist_values, spec.bins)
+            kept = [(x, n) for x, n in zip(centres, counts) if n > 0]  # an empty bin is no bar, not a zero row
             marker = plotext.marker("full", plotext.pixel(foreground=colors[0]))
-            fig.draw(fig.hist(list(spec.hist_values), bins=spec.bins, marker=marker))
+            fig.draw(fig.bar([x for x, _ in kept], [n for _, n in kept], width=0.9 * bin_width, marker=marker))
+            low, high = centres[0] - bin_width / 2, centres[-1] + bin_width / 2
+            x_ticks = nice_ticks(low, high, x_count)
+            fig.ruler("x").lim(min(low, x_ticks[0]), max(high, x_ticks[-1]))
+            fig.ruler("x").ticks(x_ticks, [tick_text(t) for t in x_ticks])
+            y_ticks = nice_ticks(0.0, max(counts), y_count, integer=True)
+            fig.ruler("y").lim(0.0, y_ticks[-1])
+            fig.ruler("y").ticks(y_ticks, [tick_text(t) for t in y_ticks])
         else:
             x_low = min((min(s.xs) for s in spec.series if s.xs), default=0.0)
             x_high = max((max(s.xs) for s in spec.series if s.xs), default=1.0)
+            if spec.time_x:
+                x_high = max(x_high, 0.0)  # the axis ends at now
             for s in spec.series:
                 if not s.xs:
                     continue
@@ -121,8 +197,16 @@ def build_chart(spec: ChartSpec, width: int, height: int, colors: tuple[RGB, ...
                 sig = fig.signal([x_low, x_high], [lvl.y, lvl.y], marker=marker)
                 sig.lines()
                 fig.draw(sig)
-            if spec.y_min is not None or spec.y_max is not None:
-                fig.ruler("y").lim(spec.y_min, spec.y_max)
+            y_low, y_high = _y_range(spec)
+            y_ticks = nice_ticks(y_low, y_high, y_count, integer=spec.integer_y)
+            y_ticks = [t for t in y_ticks if spec.y_max is None or t <= spec.y_max] or y_ticks
+            fig.ruler("y").lim(min(y_low, y_ticks[0]), max(y_high, y_ticks[-1]))
+            fig.ruler("y").ticks(y_ticks, [tick_text(t) for t in y_ticks])
+            x_ticks = [t for t in nice_ticks(x_low, x_high, x_count) if x_low - 1e-9 <= t <= x_high + 1e-9]
+            if x_high > x_low:
+                fig.ruler("x").lim(x_low, x_high)
+            if x_ticks:
+                fig.ruler("x").ticks(x_ticks, [seconds_ago_text(t) if spec.time_x else tick_text(t) for t in x_ticks])
         if spec.x_label:
             fig.label(spec.x_label)
         return fig.build().string()
@@ -214,7 +298,7 @@ def ttft_chart(view: EndpointView, now: float) -> ChartSpec:
         title="TTFT ms",
         series=(Series("per probe", _rel_times([s.wall_time for s in ok], now), tuple(s.ttft_ms for s in ok), 0),),
         levels=levels,
-        x_label="seconds before now",
+        x_label="seconds ago",
     )
 
 
@@ -228,7 +312,7 @@ def e2e_chart(view: EndpointView, now: float) -> ChartSpec:
         title="E2E ms",
         series=(Series("per probe", _rel_times([s.wall_time for s in ok], now), tuple(s.e2e_ms for s in ok), 1),),
         levels=levels,
-        x_label="seconds before now",
+        x_label="seconds ago",
     )
 
 
@@ -237,7 +321,8 @@ def itl_chart(view: EndpointView) -> ChartSpec:
     title = "ITL distribution (ms, probes pooled)"
     if view.itl_ms is not None:
         title += f"  p50 {fmt_ms(view.itl_ms.p50)}  p99 {fmt_ms(view.itl_ms.p99)}"
-    return ChartSpec(title=title, histogram=True, hist_values=gaps, bins=20, empty_message="no inter-token gaps yet")
+    return ChartSpec(title=title, histogram=True, hist_values=gaps, bins=20, x_label="ms between tokens; bars: gaps",
+                     empty_message="no inter-token gaps yet", time_x=False)
 
 
 def _decode_rate(sample) -> float | None:
@@ -257,7 +342,7 @@ def tokens_chart(view: EndpointView, now: float) -> ChartSpec:
         title=title,
         series=(Series("tokens/s", _rel_times([t for t, _ in pts], now), tuple(v for _, v in pts), 2),),
         y_min=0.0,
-        x_label="seconds before now",
+        x_label="seconds ago",
     )
 
 
@@ -272,7 +357,8 @@ def queue_chart(view: EndpointView, now: float) -> ChartSpec:
             Series("running", _rel_times([t for t, _ in running], now), tuple(v for _, v in running), 0),
         ),
         y_min=0.0,
-        x_label="seconds before now",
+        integer_y=True,
+        x_label="seconds ago",
         empty_message="the server exposes no queue metrics",
     )
 
@@ -284,7 +370,7 @@ def kv_chart(view: EndpointView, now: float) -> ChartSpec:
         series=(Series("KV %", _rel_times([t for t, _ in pts], now), tuple(v for _, v in pts), 1),),
         y_min=0.0,
         y_max=100.0,
-        x_label="seconds before now",
+        x_label="seconds ago",
         empty_message="the server exposes no KV-cache metric",
     )
 
@@ -297,7 +383,7 @@ def _range(view: EndpointView, key: str, now: float, color: int, label: str, sca
 def range_charts(view: EndpointView, now: float) -> dict[str, ChartSpec]:
     """The same six charts from a store's time series (the fleet view's Prometheus query_range): each
     point is a histogram_quantile over the chart's rate window, not a single probe."""
-    x = "seconds before now"
+    x = "seconds ago"
     return {
         "chart-ttft": ChartSpec("TTFT ms (Prometheus, histogram_quantile)",
                                 (_range(view, "ttft_p50_ms", now, 2, "p50"), _range(view, "ttft_p99_ms", now, 4, "p99")),
@@ -312,7 +398,8 @@ def range_charts(view: EndpointView, now: float) -> dict[str, ChartSpec]:
                                                                             "tokens/s"),), y_min=0.0, x_label=x),
         "chart-queue": ChartSpec("server queue", (_range(view, "requests_waiting", now, 3, "waiting"),
                                                   _range(view, "requests_running", now, 0, "running")),
-                                 y_min=0.0, x_label=x, empty_message="the server exposes no queue metrics"),
+                                 y_min=0.0, x_label=x, empty_message="the server exposes no queue metrics",
+                                 integer_y=True),
         "chart-kv": ChartSpec("KV cache used %", (_range(view, "kv_cache_usage", now, 1, "KV %", 100.0),),
                               y_min=0.0, y_max=100.0, x_label=x, empty_message="the server exposes no KV-cache metric"),
     }
