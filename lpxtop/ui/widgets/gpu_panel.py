@@ -19,7 +19,7 @@ MAX_PROCESSES = 4  # per device; the rest are summed in one line
 
 
 def _device_lines(dev: GpuDevice, width: int, thresholds: Mapping[str, tuple[float, float]], palette: Palette,
-                  indent: str = "") -> list[Text]:
+                  indent: str = "", served: Mapping[str, tuple[str, ...]] | None = None) -> list[Text]:
     lines: list[Text] = []
     head = Text(no_wrap=True, overflow="ellipsis")
     label = getattr(dev, "label", f"GPU {dev.index}")
@@ -57,8 +57,8 @@ def _device_lines(dev: GpuDevice, width: int, thresholds: Mapping[str, tuple[flo
         line.append(f"{fmt_bytes(proc.used_bytes):>6} ")
         who = " ".join(x for x in (user, proc.name or "?") if x)
         line.append(who)
-        if endpoint:
-            line.append(f" → {endpoint}", style=palette.accent)
+        if endpoint:  # every endpoint its server serves, not only the first
+            line.append(f" → {', '.join((served or {}).get(endpoint, (endpoint,)))}", style=palette.accent)
         lines.append(line)
     if len(procs) > MAX_PROCESSES:
         rest = sum(p.used_bytes or 0 for p in procs[MAX_PROCESSES:])
@@ -66,12 +66,47 @@ def _device_lines(dev: GpuDevice, width: int, thresholds: Mapping[str, tuple[flo
     for note in getattr(dev, "notes", ()):
         lines.append(Text(indent + "  " + note, style=palette.muted, no_wrap=True, overflow="ellipsis"))
     for mig in getattr(dev, "mig_devices", ()):
-        lines.extend(_device_lines(mig, width, thresholds, palette, indent + "  "))
+        lines.extend(_device_lines(mig, width, thresholds, palette, indent + "  ", served))
     return lines
 
 
-def render_gpu(gpu: GpuSnapshot, width: int, thresholds: Mapping[str, tuple[float, float]], palette: Palette) -> Text:
-    """The panel's text for a content area `width` cells wide."""
+def no_gpu(gpu: GpuSnapshot) -> bool:
+    """Nothing to show but why: no device read (no driver, no permission, no GPU). The screens then give
+    the panel's room to the others and say why on one line (`GpuLine`)."""
+    return gpu.status != "ok" and not gpu.devices and not gpu.simulated
+
+
+def render_gpu_line(gpu: GpuSnapshot, palette: Palette) -> Text:
+    """The one line (wrapped, never cut) that stands for the GPU panel when there is no GPU to show."""
+    text = Text()
+    text.append("GPU ", style="bold")
+    text.append(gpu.status, style=palette.muted)
+    text.append("  (2 hides this line)", style=palette.muted)
+    return text
+
+
+class GpuLine(Static):
+    """Why there is no GPU panel, across the screen's width; redrawn only when the reason changes."""
+
+    DEFAULT_CSS = """
+    GpuLine { height: auto; max-height: 3; padding: 0 1; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("", **kwargs)
+        self._key: tuple | None = None
+
+    def show(self, gpu: GpuSnapshot, palette: Palette, *, force: bool = False) -> None:
+        key = (gpu.status, id(palette))
+        if key != self._key or force:
+            self._key = key
+            self.update(render_gpu_line(gpu, palette))
+
+
+def render_gpu(gpu: GpuSnapshot, width: int, thresholds: Mapping[str, tuple[float, float]], palette: Palette,
+               served: Mapping[str, tuple[str, ...]] | None = None) -> Text:
+    """The panel's text for a content area `width` cells wide. `served`: each endpoint's name -> every
+    endpoint its server process serves (a process line names them all)."""
     if gpu.status != "ok" and not gpu.devices:
         return Text(f"GPU: {gpu.status}", style=palette.muted, no_wrap=True, overflow="ellipsis")
     lines: list[Text] = []
@@ -80,7 +115,7 @@ def render_gpu(gpu: GpuSnapshot, width: int, thresholds: Mapping[str, tuple[floa
     if gpu.status != "ok":
         lines.append(Text(gpu.status, style=palette.warning, no_wrap=True, overflow="ellipsis"))
     for dev in gpu.devices:
-        lines.extend(_device_lines(dev, width, thresholds, palette))
+        lines.extend(_device_lines(dev, width, thresholds, palette, served=served))
     if not gpu.devices:
         lines.append(Text("no GPU found", style=palette.muted))
     return join_lines(lines)
@@ -94,13 +129,13 @@ class GpuPanel(Static):
         self._key: tuple | None = None
 
     def show(self, gpu: GpuSnapshot, thresholds: Mapping[str, tuple[float, float]], palette: Palette,
-             *, force: bool = False) -> None:
+             *, force: bool = False, served: Mapping[str, tuple[str, ...]] | None = None) -> None:
         width = self.content_size.width or 40
-        key = (gpu, width, id(palette))
+        key = (gpu, width, id(palette), tuple(sorted((served or {}).items())))
         if key == self._key and not force:
             return
         self._key = key
         subtitle = "Simulated GPU (demo)" if gpu.simulated else (getattr(gpu, "driver_version", None) or "")
         if self.border_subtitle != subtitle:  # setting it, even to the same text, repaints the whole panel
             self.border_subtitle = subtitle
-        self.update(render_gpu(gpu, width, thresholds, palette), layout=False)  # the panel's size is set by CSS
+        self.update(render_gpu(gpu, width, thresholds, palette, served), layout=False)  # the panel's size is set by CSS
