@@ -82,6 +82,13 @@ def fmt_ms(value: float | None) -> str:
     return f"{minutes}m{rest:02d}s"
 
 
+def fmt_ms_unit(value: float | None) -> str:
+    """fmt_ms with its unit when it has none: `720 ms`, `1.52s`, `--` (for prose, where `1.52s ms` read
+    wrong)."""
+    text = fmt_ms(value)
+    return text if text == UNKNOWN or text.endswith("s") else f"{text} ms"
+
+
 def fmt_signed_ms(value: float | None) -> str:
     """A difference in ms with its sign: +24, -3.1, +1.20s."""
     value = known(value)

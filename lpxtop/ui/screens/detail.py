@@ -14,7 +14,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
 from lpxtop.model.snapshot import EndpointView, Snapshot
-from lpxtop.ui.formatting import fmt_ago, fmt_ms, fmt_pct, fmt_rate, pack_chunks, truncate
+from lpxtop.ui.formatting import fmt_ago, fmt_ms_unit, fmt_pct, fmt_rate, pack_chunks, truncate
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.screens import already_shown
 from lpxtop.ui.screens.help import HelpPage, detail_help
@@ -42,17 +42,18 @@ def render_summary(view: EndpointView | None, name: str, now: float, palette: Pa
         head.append(Text("(discovered)", style=palette.muted))
     p = view.ttft_ms
     tps = view.output_tokens_per_s
-    figures = [Text(f"TTFT p50 {fmt_ms(p.p50 if p else None)} p99 {fmt_ms(p.p99 if p else None)} ms"),
+    figures = [Text(f"TTFT p50 {fmt_ms_unit(p.p50 if p else None)} p99 {fmt_ms_unit(p.p99 if p else None)}"),
                Text(f"tok/s {fmt_rate(tps.p50 if tps else None)}{'~' if view.output_tokens_approx else ''}"),
                Text(f"error {fmt_pct(error_pct(view))}")]
     if view.errors:
         figures.append(Text("(" + ", ".join(f"{k} {n}" for k, n in sorted(view.errors.items())) + ")",
                             style=palette.critical))
     if view.ttft_gap.value_ms is not None:
-        figures.append(Text(f"outside engine {gap_text(view)} ms", style=palette.accent))
+        gap = gap_text(view)
+        figures.append(Text(f"outside engine {gap}{'' if gap.endswith('s') else ' ms'}", style=palette.accent))
     server_mean = server_ttft_mean_ms(view)
     if server_mean is not None:
-        figures.append(Text(f"server TTFT mean {fmt_ms(server_mean)}", style=palette.muted))
+        figures.append(Text(f"server TTFT mean {fmt_ms_unit(server_mean)}", style=palette.muted))
     probes = Text(f"probes {view.probes_sent} sent, {view.probes_ok} ok, {view.probes_failed} failed",
                   style=palette.muted)
     if view.probes_client_limited:  # lpxtop itself was late during these: left out of the percentiles
@@ -87,8 +88,8 @@ class DetailScreen(Screen):
         Binding("escape", "back", "back"),
         # Tabs switch with ← → whatever has the focus (a chart's scroll area, the errors table): priority
         # bindings, checked before the focused widget's own.
-        Binding("left", "tab(-1)", "tab", key_display="←", priority=True),
-        Binding("right", "tab(1)", "tab", key_display="→", priority=True),
+        Binding("left", "tab(-1)", "tab", key_display="←", priority=True, show=False),
+        Binding("right", "tab(1)", "tab", key_display="← →", priority=True),
     ]
 
     def __init__(self, endpoint_name: str) -> None:

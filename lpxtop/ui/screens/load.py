@@ -26,7 +26,7 @@ from lpxtop.ui.widgets.gpu_panel import GpuLine, GpuPanel, no_gpu
 from lpxtop.ui.widgets.header_bar import HeaderBar
 from lpxtop.ui.widgets.host_panel import HostPanel
 from lpxtop.ui.widgets.load_chart import SweepCharts
-from lpxtop.ui.widgets.load_steps import LoadStepPanel, marks_legend
+from lpxtop.ui.widgets.load_steps import LoadStepPanel, load_title, marks_legend
 
 # The load screen's keys, for its help (a test compares them with the bindings).
 LOAD_KEY_HELP: tuple[tuple[str, str], ...] = (
@@ -64,9 +64,6 @@ def render_load_header(snap: Snapshot, load: LoadState, palette: Palette) -> Tex
         text.append(f" · {load.model}", style=palette.muted)
     text.append(" │ up ", style=palette.muted)
     text.append(fmt_duration(snap.wall_time - snap.started_at))
-    if load.slo_text:
-        text.append(" │ SLO ", style=palette.muted)
-        text.append(load.slo_text)
     return text
 
 
@@ -76,6 +73,8 @@ class LoadScreen(Screen):
     DEFAULT_CSS = """
     LoadScreen #load-panel { height: auto; max-height: 60%; }
     LoadScreen #sweep-panel { height: 1fr; min-height: 8; }
+    LoadScreen.-short #load-panel { max-height: 100%; }
+    LoadScreen.-short #sweep-panel { min-height: 0; }
     LoadScreen #load-lower { height: 9; }
     LoadScreen.-tall #load-lower { height: 12; }
     LoadScreen #load-lower #gpu-panel { width: 1fr; height: 1fr; }
@@ -128,6 +127,7 @@ class LoadScreen(Screen):
     def _apply_size_classes(self) -> None:
         self.set_class(self.size.height >= TALL, "-tall")
         short = self.size.height < SHORT
+        self.query_one(AlertsBar).max_lines = 2 if short else 3
         if short != self.has_class("-short"):
             self.set_class(short, "-short")
             if self._mounted_once:
@@ -177,9 +177,7 @@ class LoadScreen(Screen):
             self.query_one(LoadStepPanel).show(load, server, snap.wall_time, palette, force=force, files=files,
                                                recording=recording)
             self.query_one(SweepCharts).show(load, force=force)
-            title = f"Load test · {load.mode.replace('_', ' ')}{' search' if load.search else ''}"
-            if load.capacity is not None and load.capacity.level is not None:
-                title += " · " + load.capacity.sentence.removeprefix("capacity: ").split(" (")[0] + " within the SLO"
+            title = load_title(load, snap.wall_time)
             panel = self.query_one("#load-panel")
             if panel.border_title != title:
                 panel.border_title = title

@@ -54,8 +54,14 @@ def render_alerts(alerts: Sequence[Alert], max_lines: int, palette: Palette, wid
         blocks.append(block)
         used += len(lines)
     if len(blocks) < len(ordered):
-        blocks.append(Text(f"… {len(ordered) - len(blocks)} more alerts (lpxtop once --json lists them all)",
-                           style=palette.muted))
+        more = len(ordered) - len(blocks)
+        last_line = blocks[-1].plain.rsplit("\n", 1)[-1]
+        short = f"  (+{more} more)"
+        if cell_len(last_line) + len(short) <= width and used >= max_lines - 1:  # no line to spare: say it there
+            blocks[-1].append(short, style=palette.muted)
+        else:
+            blocks.append(Text(f"… {more} more alert{'s' if more != 1 else ''} (lpxtop once --json lists them all)",
+                               style=palette.muted))
     text = Text("\n").join(blocks)
     text.no_wrap = True
     text.overflow = "ellipsis"

@@ -15,7 +15,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from lpxtop.model.snapshot import EndpointView
-from lpxtop.ui.formatting import fmt_ms, fmt_rate
+from lpxtop.ui.formatting import fmt_ms, fmt_rate, pack_chunks
 
 RGB = tuple[int, int, int]
 MIN_WIDTH, MIN_HEIGHT = 20, 5
@@ -169,9 +169,10 @@ def build_chart(spec: ChartSpec, width: int, height: int, colors: tuple[RGB, ...
         fig.legend(active=False)  # the widget's title line names the series in their colours
         if spec.histogram:
             centres, counts, bin_width = _histogram(spec.hist_values, spec.bins)
-            kept = [(x, n) for x, n in zip(centres, counts) if n > 0]  # an empty bin is no bar, not a zero row
+            # Every bin, the empty ones at 0: plotext draws no bar for those (its own hist() filled the zero
+            # row, which read as data). `width` is a share of the bins' spacing.
             marker = plotext.marker("full", plotext.pixel(foreground=colors[0]))
-            fig.draw(fig.bar([x for x, _ in kept], [n for _, n in kept], width=0.9 * bin_width, marker=marker))
+            fig.draw(fig.bar(centres, counts, width=0.9, marker=marker))
             low, high = centres[0] - bin_width / 2, centres[-1] + bin_width / 2
             x_ticks = nice_ticks(low, high, x_count)
             fig.ruler("x").lim(min(low, x_ticks[0]), max(high, x_ticks[-1]))
@@ -257,16 +258,20 @@ class PlotView(Static):
             return
         self._key = key
         colors = palette.chart
-        title = Text(no_wrap=True, overflow="ellipsis")
-        title.append(spec.title, style="bold")
+        # The title's words and each legend entry are chunks: on a narrow chart they go on a second line
+        # rather than being cut (`━ p…` hid which line was the p99).
+        chunks = [Text(part, style="bold") for part in spec.title.split("  ")]
         for glyph, color, label in self.legend(spec):
-            title.append(f"  {glyph} ", style=_hex(colors[color % len(colors)]))
-            title.append(label)
-        if spec.empty or width < MIN_WIDTH or height - 1 < MIN_HEIGHT:
+            chunk = Text(f"{glyph} ", style=_hex(colors[color % len(colors)]))
+            chunk.append(label)
+            chunks.append(chunk)
+        title = pack_chunks([chunks], width)
+        rows = title.plain.count("\n") + 1
+        if spec.empty or width < MIN_WIDTH or height - rows < MIN_HEIGHT:
             message = spec.empty_message if spec.empty else "(too small to draw: enlarge the terminal)"
             self.update(Text("\n").join([title, Text(message, style=palette.muted)]), layout=False)
             return
-        plot = Text.from_ansi(self.plot(spec, width, height - 1, colors), no_wrap=True)
+        plot = Text.from_ansi(self.plot(spec, width, height - rows, colors), no_wrap=True)
         self.update(Text("\n").join([title, plot]), layout=False)
 
 

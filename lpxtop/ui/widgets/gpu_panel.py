@@ -76,12 +76,17 @@ def no_gpu(gpu: GpuSnapshot) -> bool:
     return gpu.status != "ok" and not gpu.devices and not gpu.simulated
 
 
-def render_gpu_line(gpu: GpuSnapshot, palette: Palette) -> Text:
-    """The one line (wrapped, never cut) that stands for the GPU panel when there is no GPU to show."""
+HIDE_HINT = "  (2 hides this line)"
+
+
+def render_gpu_line(gpu: GpuSnapshot, palette: Palette, width: int = 200) -> Text:
+    """The one line that stands for the GPU panel when there is no GPU to show: why, never cut (a reason
+    longer than the line wraps), and how to hide it when that fits too."""
     text = Text()
     text.append("GPU ", style="bold")
     text.append(gpu.status, style=palette.muted)
-    text.append("  (2 hides this line)", style=palette.muted)
+    if text.cell_len + len(HIDE_HINT) <= width:
+        text.append(HIDE_HINT, style=palette.muted)
     return text
 
 
@@ -97,10 +102,11 @@ class GpuLine(Static):
         self._key: tuple | None = None
 
     def show(self, gpu: GpuSnapshot, palette: Palette, *, force: bool = False) -> None:
-        key = (gpu.status, id(palette))
+        width = self.content_size.width or self.app.size.width - 2
+        key = (gpu.status, id(palette), width)
         if key != self._key or force:
             self._key = key
-            self.update(render_gpu_line(gpu, palette))
+            self.update(render_gpu_line(gpu, palette, width))
 
 
 def render_gpu(gpu: GpuSnapshot, width: int, thresholds: Mapping[str, tuple[float, float]], palette: Palette,

@@ -157,50 +157,60 @@ def marks_legend(state: LoadState) -> str:
     return " · ".join(parts)
 
 
+def load_title(state: LoadState, now: float) -> str:
+    """The panel's title: the mode, and where the test is (step k/n, elapsed, ETA) or how it ended."""
+    title = f"Load test · {state.mode.replace('_', ' ')}{' search' if state.search else ''}"
+    progress = state.progress(now)
+    if state.finished:
+        title += f" · {PHASE_TEXT.get(state.phase, state.phase)}"
+        if progress.elapsed_s is not None and state.steps:
+            title += f" in {fmt_duration(progress.elapsed_s)}"
+        if state.capacity is not None and state.capacity.level is not None:
+            title += " · " + state.capacity.sentence.removeprefix("capacity: ").split(" (")[0] + " within the SLO"
+        return title
+    if state.step_index is not None:
+        title += f" · step {progress.step}" + (f"/{progress.steps}" if progress.steps is not None else "")
+    if progress.elapsed_s is not None:
+        title += f" · elapsed {fmt_duration(progress.elapsed_s)}"
+    if progress.eta_s is not None:
+        title += f" · ETA {fmt_duration(progress.eta_s)}"
+    return title
+
+
 def _progress_chunks(state: LoadState, now: float, palette: Palette, files: Sequence[str],
                      recording: str | None) -> list[Text]:
-    """Where the test is: step k of n, its load and phase, elapsed and ETA; when it ended, what next."""
-    progress = state.progress(now)
+    """The step under way: its load, phase and requests in flight (step k/n, elapsed and ETA are in the
+    panel's title); once the test ended, how, and what `q` writes."""
     chunks: list[Text] = []
     if state.finished:
         word = PHASE_TEXT.get(state.phase, state.phase)
-        head = Text(word, style=palette.critical if state.phase == "failed" else "bold")
-        if state.steps:
-            head.append(f": {len(state.steps)} step{'s' if len(state.steps) != 1 else ''}"
-                        f" in {fmt_duration(progress.elapsed_s)}")
-        chunks.append(head)
+        chunks.append(Text(word, style=palette.critical if state.phase == "failed" else "bold"))
         if state.phase == "failed" and state.message:
             chunks.append(Text(state.message, style=palette.critical))
         elif state.capacity is not None and state.capacity.reason:
             chunks.append(Text(state.capacity.reason))
+        if state.slo_text:
+            chunks.append(Text.assemble(("SLO ", palette.muted), state.slo_text))
         where = " and ".join(files) if files else "this terminal"
         chunks.append(Text(f"q quits and writes the report to {where}", style="bold"))
         if recording:
             chunks.append(Text(f"recorded to {recording}", style=palette.muted))
         return chunks
     if state.step_index is not None:
-        head = Text(f"step {progress.step}", style="bold")
-        if progress.steps is not None:
-            head.append(f" of {progress.steps}", style="bold")
-        elif state.search:
-            head.append(" (search)")
-        chunks.append(head)
-        chunks.append(Text(format_level(state.mode, state.level)))
+        chunks.append(Text(format_level(state.mode, state.level), style="bold"))
     phase = Text(PHASE_TEXT.get(state.phase, state.phase), style=palette.accent)
     left = state.time_left_s(now)
     if left is not None:
-        phase.append(f" {fmt_duration(left)} left")
+        phase.append(f", {fmt_duration(left)} left")
     chunks.append(phase)
-    if state.in_flight or state.sent:
-        chunks.append(Text(f"{state.in_flight} in flight, {state.sent} sent", style=palette.muted))
+    if state.in_flight:
+        chunks.append(Text(f"{state.in_flight} in flight", style=palette.muted))
     elif state.phase in ("starting", "warmup"):
         chunks.append(Text("sending the first requests", style=palette.muted))
-    if progress.elapsed_s is not None:
-        chunks.append(Text(f"elapsed {fmt_duration(progress.elapsed_s)}"))
-    if progress.eta_s is not None:
-        chunks.append(Text(f"ETA {fmt_duration(progress.eta_s)}"))
     if state.message and state.step_index is None:
         chunks.append(Text(state.message))
+    if state.slo_text:  # what the SLO column judges by (whole: it wraps to the next line, never cut)
+        chunks.append(Text.assemble(("SLO ", palette.muted), state.slo_text))
     return chunks
 
 
@@ -213,13 +223,13 @@ def render_status(state: LoadState, server: ServerMetrics | None, now: float, pa
     live = state.live
     if live is not None and live.requests and not state.finished:
         blocks.append(pack_chunks([[
-            Text.assemble((f"live (last {state.live_recent} counted): ", palette.muted),
+            Text.assemble((f"live, last {state.live_recent}: ", palette.muted),
                           f"TTFT p50 {fmt_ms(live.ttft_ms.p50 if live.ttft_ms else None)}"
                           f" p95 {fmt_ms(live.ttft_ms.p95 if live.ttft_ms else None)}"),
-            Text(f"TPOT p50 {fmt_ms(live.tpot_ms.p50 if live.tpot_ms else None)}"),
+            Text(f"TPOT {fmt_ms(live.tpot_ms.p50 if live.tpot_ms else None)}"),
             Text(f"E2E p95 {fmt_ms(live.e2el_ms.p95 if live.e2el_ms else None)}"),
             Text(f"{fmt_rate(live.output_throughput)} tok/s"),
-            Text(f"errors {live.failed}", style=palette.critical if live.failed else ""),
+            Text(f"{live.failed} error{'s' if live.failed != 1 else ''}", style=palette.critical if live.failed else ""),
         ]], width, sep=" · "))
     elif state.capacity is not None:  # the verdict, word-wrapped: never cut
         blocks.append(pack_chunks([[Text(w, style="bold") for w in state.capacity.sentence.split()]], width, sep=" "))
@@ -229,10 +239,10 @@ def render_status(state: LoadState, server: ServerMetrics | None, now: float, pa
     if server is None or not server.ok:
         server_line = [Text.assemble(label, ("--" if server is None else server.status, palette.muted))]
     else:
-        server_line = [Text.assemble(label, f"running {fmt_count(server.requests_running)}"),
-                        Text(f"waiting {fmt_count(server.requests_waiting)}"),
-                        Text(f"KV {fmt_pct(server.kv_cache_usage, fraction=True)}"),
-                        Text(f"preemptions {fmt_count(server.preemptions_total)}")]
+        server_line = [Text.assemble(label, f"{fmt_count(server.requests_running)} running"),
+                       Text(f"{fmt_count(server.requests_waiting)} waiting"),
+                       Text(f"KV {fmt_pct(server.kv_cache_usage, fraction=True)}"),
+                       Text(f"{fmt_count(server.preemptions_total)} preempted")]
         if server.server_ttft_ms is not None:
             server_line.append(Text(f"its TTFT p50 {fmt_ms(server.server_ttft_ms.p50)}"))
     blocks.append(pack_chunks([server_line], width, sep=" · "))
