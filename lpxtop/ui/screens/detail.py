@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, Tabs
 
 from lpxtop.model.snapshot import EndpointView, Snapshot
 from lpxtop.ui.formatting import fmt_ago, fmt_ms_unit, fmt_pct, fmt_rate, pack_chunks, truncate
@@ -227,11 +227,13 @@ class DetailScreen(Screen):
         self.app.pop_screen()
 
     def action_tab(self, step: int) -> None:
-        """The previous (-1) or next (1) tab, wrapping round."""
-        tabs = self.query_one("#detail-tabs", TabbedContent)
-        panes = [pane.id for pane in tabs.query(TabPane) if pane.id]
-        if tabs.active in panes:
-            tabs.active = panes[(panes.index(tabs.active) + step) % len(panes)]
+        """The previous (-1) or next (1) tab as the tab bar shows them (an added Agent tab in its place),
+        wrapping round."""
+        bar = self.query_one("#detail-tabs", TabbedContent).query_one(Tabs)
+        if step > 0:
+            bar.action_next_tab()
+        else:
+            bar.action_previous_tab()
 
     def help_page(self) -> HelpPage:
         app = self.app

@@ -287,17 +287,23 @@ class EndpointsTable(RowTable):
             arrow = sort_arrow(*sort)
             columns = tuple(replace(c, label=c.label + arrow, width=max(c.width, len(c.label) + 1))
                             if c.key == marked else c for c in columns)
-        # The width left over goes to the last error, or to the name when the error is not shown.
-        flexible = [c for c in columns if c.flexible] or [c for c in columns if c.key == "name"]
+        # The width left over goes first to names longer than the name column (up to 14 more cells), then
+        # to the last error, or to the name when the error is not shown.
+        rows_cells = [[c.cell(v, thresholds) for c in columns] for v in views]
+        name_index = [c.key for c in columns].index("name")
+        name_col = columns[name_index]
+        longest = max((len(cells[name_index].text) for cells in rows_cells), default=0)
         fixed = sum(c.width + COLUMN_PADDING for c in columns)
         extra = max(0, width - fixed)
-        flex_width = {c.key: c.width + (extra if c.flexible else min(extra, 14)) for c in flexible}
+        grow = min(extra, 14, max(0, longest - name_col.width))
+        extra -= grow
+        flexible = [c for c in columns if c.flexible] or [name_col]
+        flex_width = {c.key: c.width + (extra if c.flexible else min(extra, 14 - grow)) for c in flexible}
+        flex_width["name"] = flex_width.get("name", name_col.width) + grow
         table_columns = tuple(TableColumn(c.key, c.label, flex_width.get(c.key, c.width)) for c in columns)
         rows = []
-        for v in views:
-            cells = []
-            for c in columns:
-                cell = c.cell(v, thresholds)
-                cells.append(TableCell(cell.text, palette.for_level(cell.level) if cell.level != "ok" else None, cell.right))
+        for v, row in zip(views, rows_cells):
+            cells = [TableCell(cell.text, palette.for_level(cell.level) if cell.level != "ok" else None, cell.right)
+                     for cell in row]
             rows.append((v.key, cells))
         self.set_table(table_columns, rows)

@@ -162,7 +162,7 @@ class PortsPanel(Vertical):
                         TableCell(r.port, right=True),
                         TableCell(SHORT_STATES.get(r.state, r.state), palette.for_level(STATE_LEVEL.get(r.state, "warning"))),
                         TableCell(str(r.pid) if r.pid is not None else UNKNOWN, right=True),
-                        TableCell(r.command or UNKNOWN),
+                        TableCell(_fit_command(r.command, command_width) or UNKNOWN),
                     ),
                 )
                 for r in rows
@@ -194,6 +194,14 @@ class PortsPanel(Vertical):
         palette = getattr(self.app, "palette", None)
         if palette is not None:
             self._show_detail(palette)
+
+
+def _fit_command(command: str, width: int) -> str:
+    """A narrow column (an 80-column terminal) names the module a `python -m` runs, without the prefix:
+    `vllm.entrypoints…` says more in 9 cells than `python -…`."""
+    if width < 24 and command.startswith("python -m "):
+        return command.removeprefix("python -m ")
+    return command
 
 
 def _rows_needed(text: Text, width: int) -> int:
