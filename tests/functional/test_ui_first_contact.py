@@ -383,3 +383,31 @@ async def test_empty_dashboard_at_80x24_says_why_there_is_no_gpu():
         shown = "\n".join(screen_lines(app))
         assert "GPU unavailable: NVML library not found" in shown
         assert "GPU ──" not in shown  # no half-screen panel holding one line
+
+
+# The README's keys table is the app's
+
+
+def test_the_readme_keys_table_matches_the_app():
+    from pathlib import Path
+
+    from lpxtop.ui.app import LpxtopApp
+    from lpxtop.ui.screens.help import KEY_HELP
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Keys", 1)[1].split("\n\n", 2)[1]
+    rows = {}
+    for line in section.splitlines()[2:]:
+        keys, does = line.strip("|").split("|", 1)
+        rows[keys.strip()] = does.strip()
+    # + slows probing (interval ×1.5), as the footer's "+ slower" and the help say
+    assert rows["`+` / `-`"].startswith("probe less / more often")
+    assert dict((k, d) for k, d, _ in KEY_HELP)["+ / -"].startswith("+ probes less often, - more often")
+    listed = " ".join(rows).replace("`1`–`4`", "`1` `2` `3` `4`")
+    names = {"question_mark": "?", "plus": "+", "equals_sign": "+", "minus": "-", "slash": "/", "escape": "Esc",
+             "enter": "Enter", "ctrl+c": "Ctrl+C", "left": "←", "right": "→"}
+    for binding in [*LpxtopApp.BINDINGS, *MainScreen.BINDINGS, *DetailScreen.BINDINGS]:
+        if binding.action.startswith(("replay_", "compare")):
+            continue  # the replay's keys: docs/recording.md
+        for key in binding.key.split(","):
+            assert f"`{names.get(key, key)}`" in listed, key
