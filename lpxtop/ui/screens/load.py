@@ -42,7 +42,7 @@ LOAD_LEGEND = (
     "queue↑ KV↑: the server's peak waiting requests and KV-cache use during the window; goodput: requests/s\n"
     "that met every per-request bound of the SLO. ✓ the capacity (highest step that met the SLO), ◆ the knee\n"
     "(most throughput per unit of latency, over the steps whose figures are trusted). Italic: the step under\n"
-    "way, over its requests so far. SLO: met, missed (and which objectives), or not judged: client-limited,\n"
+    "way, over its requests so far. SLO: met, missed (and which objectives), or client-limited: not judged,\n"
     "lpxtop itself was short of CPU in that step and its figures are not trusted.\n"
     "Progress: step k of n, the time since the first step began, and an estimate of the time left (ETA:\n"
     "the steps to come at the mean length of those done). The sweep charts put one point per finished step."

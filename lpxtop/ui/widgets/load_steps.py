@@ -61,8 +61,8 @@ def short_level(mode: str, level: float) -> str:
 def slo_cell(step: StepResult, palette: Palette) -> Text:
     if step.status == "running":
         return Text("…", style=palette.muted)
-    if step.client.limited:
-        return Text("not judged: client-limited", style=palette.warning)
+    if step.client.limited:  # not judged: lpxtop itself was short of CPU (the help's legend says so)
+        return Text("client-limited", style=palette.warning)
     if step.slo_met is None:
         text = Text("--", style=palette.muted)
     elif step.slo_met:
@@ -187,8 +187,8 @@ def _progress_chunks(state: LoadState, now: float, palette: Palette, files: Sequ
         chunks.append(Text(word, style=palette.critical if state.phase == "failed" else "bold"))
         if state.phase == "failed" and state.message:
             chunks.append(Text(state.message, style=palette.critical))
-        elif state.capacity is not None and state.capacity.reason:
-            chunks.append(Text(state.capacity.reason))
+        elif state.capacity is not None and state.capacity.reason and state.capacity.reason not in state.capacity.sentence:
+            chunks.append(Text(state.capacity.reason))  # why it stopped, unless the verdict below says it
         if state.slo_text:
             chunks.append(Text.assemble(("SLO ", palette.muted), state.slo_text))
         where = " and ".join(files) if files else "this terminal"
