@@ -18,7 +18,7 @@ from lpxtop.model.snapshot import EndpointView
 from lpxtop.ui.formatting import fmt_ms, fmt_rate, pack_chunks
 
 RGB = tuple[int, int, int]
-MIN_WIDTH, MIN_HEIGHT = 20, 5
+MIN_WIDTH, MIN_HEIGHT = 20, 7  # a plot needs its axes, its labels and a few rows between them
 
 
 # plotext draws nothing sensible from NaN or ±Inf, and fails on some: every chart's numbers pass here.
