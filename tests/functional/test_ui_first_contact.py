@@ -411,3 +411,20 @@ def test_the_readme_keys_table_matches_the_app():
             continue  # the replay's keys: docs/recording.md
         for key in binding.key.split(","):
             assert f"`{names.get(key, key)}`" in listed, key
+
+
+async def test_the_compare_screen_has_its_own_help():
+    from lpxtop.ui.screens.compare import CompareScreen
+
+    source = ReplaySource(FIXTURES / "recordings" / "v1-sim.lpxrec", playing=False)
+    app = create_app(source, poll=False, ssh=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        from pathlib import Path
+
+        from lpxtop.record.compare import EndpointSummary, RecordingSummary, compare
+
+        summary = RecordingSummary(Path("a.lpxrec"), 0.0, 60.0, {"e": EndpointSummary("e", probes=10, ok=10)})
+        await app.push_screen(CompareScreen(compare(summary, summary)))
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen) and app.screen.page.title == "compare keys"
