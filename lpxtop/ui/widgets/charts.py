@@ -267,9 +267,14 @@ class PlotView(Static):
             chunks.append(chunk)
         title = pack_chunks([chunks], width)
         rows = title.plain.count("\n") + 1
-        if spec.empty or width < MIN_WIDTH or height - rows < MIN_HEIGHT:
-            message = spec.empty_message if spec.empty else "(too small to draw: enlarge the terminal)"
-            self.update(Text("\n").join([title, Text(message, style=palette.muted)]), layout=False)
+        if not spec.empty and (width < MIN_WIDTH or height - rows < MIN_HEIGHT):
+            # no legend for a chart that is not drawn: its name and what to do, in the lines it has
+            short = pack_chunks([[Text(spec.title.split("  ")[0], style="bold"),
+                                  Text("(too small: enlarge the terminal)", style=palette.muted)]], width)
+            self.update(short, layout=False)
+            return
+        if spec.empty:
+            self.update(Text("\n").join([title, Text(spec.empty_message, style=palette.muted)]), layout=False)
             return
         plot = Text.from_ansi(self.plot(spec, width, height - rows, colors), no_wrap=True)
         self.update(Text("\n").join([title, plot]), layout=False)
