@@ -559,7 +559,7 @@ def render(doc: dict) -> str:
 
 
 def markdown(doc: dict) -> str:
-    """The README's table: one row per concurrency (ms; p50/p95 where two figures share a cell)."""
+    """The table of docs/comparisons.md: one row per concurrency (ms; p50/p95 where two figures share a cell)."""
 
     def pair(d: dict, a: str, b: str) -> str:
         return f"{_f(d[a])} / {_f(d[b])}"
@@ -603,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-num-seqs", type=int, default=4, help="vLLM's slots when this script starts it")
     parser.add_argument("--origin", help="measure this running vLLM (http://127.0.0.1:PORT) instead of starting one")
     parser.add_argument("--keep", metavar="DIR", help="keep vllm bench serve's detailed results (per request) in DIR")
-    parser.add_argument("--markdown", action="store_true", help="also print the README's table")
+    parser.add_argument("--markdown", action="store_true", help="also print the table of docs/comparisons.md")
     parser.add_argument("--json", metavar="FILE", help="write the figures as JSON to FILE (- for stdout, no table)")
     args = parser.parse_args(argv)
     levels = [int(c) for c in args.concurrency.split(",") if c.strip()]

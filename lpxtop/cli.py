@@ -248,7 +248,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         )
         parser.add_argument("-n", "--samples", type=_positive_int, default=3, metavar="N",
                             help="probes per endpoint (default 3)")
-        parser.add_argument("--json", action="store_true", help="print JSON (schema 1, see the README)")
+        parser.add_argument("--json", action="store_true", help="print JSON (schema 1, see docs/json.md)")
         parser.add_argument("--deadline", type=_number(0.1, 86_400.0), default=120.0, metavar="SECONDS",
                             help="end within this long in all, discovery included, and report what was "
                             "measured by then (default 120)")

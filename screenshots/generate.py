@@ -1,10 +1,12 @@
 """Regenerate the README's screenshots from the real app on the simulated servers.
 
-    python screenshots/generate.py            # writes screenshots/main.svg, detail.svg, server.svg, agent.svg, alerts.svg
+    python screenshots/generate.py     # main, detail, server, agent, alerts (160x48); main-80x24, nogpu-80x24, load-80x24
 
 It runs `lpxtop demo`'s engine (simulated servers on 127.0.0.1, a simulated GPU) under Textual's
-headless driver at 160x48, waits for real measurements, then saves each screen. Run it again whenever
-the interface changes.
+headless driver, waits for real measurements, then saves each screen: at 160x48, and at 80x24 (an SSH
+window): the main screen, the same without a GPU (what this machine's GPU collector says, when it finds
+none), and a short `lpxtop load` run against a simulated server once it is done. Run it again whenever the
+interface changes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,24 @@ from lpxtop.demo import start_demo  # noqa: E402
 from lpxtop.ui.app import create_app  # noqa: E402
 
 SIZE = (160, 48)
+SMALL = (80, 24)
+
+
+class WithoutGpu:
+    """The demo's engine as a machine without a GPU sees it: its snapshots carry what this machine's GPU
+    collector reports instead of the simulated GPU."""
+
+    def __init__(self, engine, gpu) -> None:
+        self._engine = engine
+        self._gpu = gpu
+
+    def snapshot(self):
+        from dataclasses import replace
+
+        return replace(self._engine.snapshot(), gpu=self._gpu)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
 
 
 async def wait_until(pilot, predicate, timeout_s: float) -> bool:
@@ -45,6 +65,11 @@ async def shoot(out: Path) -> None:
             await wait_until(pilot, lambda: len(endpoints()) == 3 and all(ready(e) for e in endpoints()), 90)
             await pilot.pause(1.0)
             app.save_screenshot(str(out / "main.svg"))
+            await pilot.resize_terminal(*SMALL)
+            await pilot.pause(1.5)
+            app.save_screenshot(str(out / "main-80x24.svg"))
+            await pilot.resize_terminal(*SIZE)
+            await pilot.pause(1.0)
             # sorted by name: dify-app-sim, vllm-sim-a, vllm-sim-b
             await pilot.press("down", "enter")
             await pilot.pause(1.5)
@@ -67,11 +92,78 @@ async def shoot(out: Path) -> None:
             await pilot.pause(1.0)
             app.save_screenshot(str(out / "alerts.svg"))
             print("alerts:", [a.message for a in engine.snapshot().alerts] if found else "none appeared")
+        engine.request_surge(False)
+        await shoot_without_gpu(engine, out)
+
+
+async def shoot_without_gpu(engine, out: Path) -> None:
+    from lpxtop.engine.gpu import GpuCollector
+
+    collector = GpuCollector()
+    try:
+        gpu = collector.collect()
+    finally:
+        collector.close()
+    if gpu.devices:
+        print("this machine has a GPU: nogpu-80x24.svg left as it is")
+        return
+    app = create_app(WithoutGpu(engine, gpu), theme="lpxtop-dark")
+    async with app.run_test(size=SMALL) as pilot:
+        await pilot.pause(2.5)
+        app.save_screenshot(str(out / "nogpu-80x24.svg"))
+
+
+async def shoot_load(out: Path) -> None:
+    """A four-step concurrency sweep against a simulated server, shown at 80x24 once it is done."""
+    from lpxtop.load.cli import build_load_engine
+    from lpxtop.load.controller import LoadController
+    from lpxtop.load.plan import LoadPlan
+    from lpxtop.load.server_window import ServerWatch
+    from lpxtop.load.slo import parse_slo
+    from lpxtop.load.source import LoadSource
+    from lpxtop.model.endpoint import EndpointConfig
+    from lpxtop.sim.config import SimConfig
+    from lpxtop.sim.thread import start_sim_in_thread
+
+    with start_sim_in_thread(SimConfig(max_num_seqs=4, seed=3)) as sim:
+        endpoint = EndpointConfig(name="sim", url=sim.url, metrics_interval_s=0.5)
+        # The client-limit checks relaxed (--client-lag-limit 1000 --client-cpu-wait-limit 1), as the tests do
+        # on a shared box: the picture shows the verdicts, and a busy build machine would mark every step
+        # client-limited (lpxtop short of CPU) instead.
+        plan = LoadPlan(endpoint=endpoint, mode="concurrency", levels=(1.0, 2.0, 4.0, 8.0), duration_s=4.0,
+                        warmup_s=1.0, output_tokens=32, slo=parse_slo("ttft_p95<=300ms,error_rate<=1%"),
+                        lag_limit_ms=1000.0, cpu_wait_limit=1.0)
+        engine = build_load_engine(plan, ui=True, scrape=True)
+        watch = ServerWatch(plan.endpoint.name, plan.endpoint.effective_metrics_url)
+        engine.add_listener(watch.on_engine_event)
+        controller = LoadController(plan, server_watch=watch)
+        source = LoadSource(engine, controller)
+        source.report_files = ("sweep.json",)
+
+        def start() -> None:
+            engine.start()
+            controller.start()
+
+        app = create_app(source, theme="lpxtop-dark", refresh_s=0.5, on_ready=start)
+        try:
+            async with app.run_test(size=SMALL) as pilot:
+                await wait_until(pilot, lambda: controller.state().finished, 120)
+                await pilot.pause(1.5)
+                app.save_screenshot(str(out / "load-80x24.svg"))
+        finally:
+            controller.stop()
+            controller.wait(5.0)
+            engine.stop()
+
+
+SHOTS = ("main.svg", "detail.svg", "server.svg", "agent.svg", "alerts.svg", "main-80x24.svg", "nogpu-80x24.svg",
+         "load-80x24.svg")
 
 
 def main() -> int:
     asyncio.run(shoot(HERE))
-    for name in ("main.svg", "detail.svg", "server.svg", "agent.svg", "alerts.svg"):
+    asyncio.run(shoot_load(HERE))
+    for name in SHOTS:
         print("wrote", HERE / name)
     return 0
 

@@ -70,6 +70,25 @@ _INTERPRETER = re.compile(r"^(?:python[\d.]*|pypy[\d.]*)$")
 _OPTIONS_WITH_VALUE = {"-X", "-W", "-Q"}
 
 
+def _program_start(argv: Sequence[str]) -> tuple[int | None, str]:
+    """Where the program starts in `argv` and how it is run: (index, "binary" | "script" | "module"), or
+    (None, "code") for ``python -c CODE``, (None, "interpreter") for a bare interpreter."""
+    if not _INTERPRETER.match(os.path.basename(argv[0])):
+        return 0, "binary"
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m" and i + 1 < len(argv):
+            return i + 1, "module"
+        if arg == "-c":
+            return None, "code"
+        if arg.startswith("-"):
+            i += 2 if arg in _OPTIONS_WITH_VALUE else 1
+            continue
+        return i, "script"
+    return None, "interpreter"
+
+
 def program_line(argv: Sequence[str]) -> str:
     """``"vllm serve m --port 8000"`` from ``["/venv/bin/python3", "/venv/bin/vllm", "serve", …]``.
 
@@ -78,21 +97,46 @@ def program_line(argv: Sequence[str]) -> str:
     """
     if not argv:
         return ""
-    first = os.path.basename(argv[0])
-    if not _INTERPRETER.match(first):
-        return " ".join([first, *argv[1:]])
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "-m" and i + 1 < len(argv):
-            return " ".join(argv[i + 1 :])
-        if arg == "-c":
-            return ""
-        if arg.startswith("-"):
-            i += 2 if arg in _OPTIONS_WITH_VALUE else 1
-            continue
-        return " ".join([os.path.basename(arg), *argv[i + 1 :]])
-    return first
+    start, how = _program_start(argv)
+    if start is None:
+        return "" if how == "code" else os.path.basename(argv[0])
+    if how == "module":
+        return " ".join(argv[start:])
+    return " ".join([os.path.basename(argv[start]), *argv[start + 1 :]])
+
+
+# Paths that say where a program was installed, not what it does: a virtual environment's or a system's
+# bin directory, site-packages. Shown by their base name.
+_INSTALL_PATH = re.compile(r"^/\S*/(?:bin|sbin|site-packages|dist-packages)/[^/]+$")
+
+
+def display_command(cmdline: str) -> str:
+    """What a process runs, for a narrow column: ``vllm serve MODEL …``, ``python -m sglang.launch_server
+    …``, ``lpxtop sim --port 18000``; never ``/home/u/.venv/bin/python3 /home/u/.venv/bin/vllm …``.
+
+    `cmdline` is a shown command line (already redacted: `ProcInfo.cmdline`), split at spaces: the
+    interpreter's and the program's paths become base names (a script run by Python is named by itself,
+    a ``-m`` module as ``python -m MODULE``), and so does an argument that is an installed program's path;
+    a path under the home directory starts with ``~``. Other arguments (a model's path) stay as they are."""
+    argv = printable(cmdline).split()
+    if not argv:
+        return ""
+    start, how = _program_start(argv)
+    if how == "module":
+        words = ["python", "-m", *argv[start:]]  # type: ignore[misc]
+    elif start is None:  # python -c CODE, or a bare interpreter
+        words = ["python", *argv[1:]]
+    else:
+        words = [os.path.basename(argv[start]), *argv[start + 1 :]]
+    home = os.path.expanduser("~").rstrip("/")
+    out = []
+    for word in words:
+        if _INSTALL_PATH.match(word):
+            word = os.path.basename(word)
+        elif home and home != "/" and (word == home or word.startswith(home + "/")):
+            word = "~" + word[len(home):]
+        out.append(word)
+    return " ".join(out)
 
 
 def match_server(name: str, argv: Sequence[str] | str) -> ServerPattern | None:
@@ -726,11 +770,9 @@ def printable(text: str) -> str:
 
 
 def short_command(cmdline: str, limit: int = 40) -> str:
-    """The start of a command line for one-line messages, with the interpreter's path shortened."""
-    parts = printable(cmdline).split(" ", 1)
-    if parts and "/" in parts[0]:
-        parts[0] = os.path.basename(parts[0])
-    text = " ".join(parts)
+    """The start of what a process runs (`display_command`: interpreter and install paths shortened) for
+    one-line messages, cut at `limit` characters."""
+    text = display_command(cmdline) or printable(cmdline)
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 

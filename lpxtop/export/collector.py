@@ -111,7 +111,7 @@ class LpxtopCollector:
                                     "(as blackbox_exporter's probe_success).", labels=labels)
         probes = CounterMetricFamily("lpxtop_probes", "Probes finished (successful or not).", labels=labels)
         errors = CounterMetricFamily("lpxtop_probe_errors", "Failed probes by error class (`kind`: refused, "
-                                     "connect_timeout, first_token_timeout, http_5xx, stream_cut, ...; see the README).",
+                                     "connect_timeout, first_token_timeout, http_5xx, stream_cut, ...; see docs/measurement.md).",
                                      labels=[*labels, "kind"])
         tokens = CounterMetricFamily("lpxtop_probe_output_tokens", "Output tokens streamed to successful probes "
                                      "(the server's usage count, else counted events).", labels=labels)

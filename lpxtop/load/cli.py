@@ -475,6 +475,7 @@ def _run_dashboard(engine, controller, args) -> int:
     from lpxtop.ui.theming import ThemeError
 
     source = LoadSource(engine, controller)
+    source.report_files = tuple(path for path in (args.json, args.csv) if path and path != "-")
     try:
         app = create_app(source, theme=args.theme, refresh_s=args.refresh, readonly=args.readonly,
                          on_ready=lambda: _start(engine, controller))

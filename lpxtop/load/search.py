@@ -96,15 +96,17 @@ class CapacitySearch:
         if self.integer:
             mid = (lo + hi) // 2
             if mid <= lo:
-                self._reason = f"the last pass and the first fail are neighbours ({int(lo)} and {int(hi)})"
+                # "did not", not "failed": the step above may be one that could not be judged (client-limited)
+                self._reason = f"{int(lo)} met the SLO and {int(hi)} did not: neighbours, nothing between to try"
                 return None
             if hi - lo <= int(self.precision * lo):
-                self._reason = (f"the last pass and the first fail are within {self.precision * 100:g} % "
-                                f"({int(lo)} and {int(hi)})")
+                self._reason = (f"{int(lo)} met the SLO and {int(hi)} did not, within {self.precision * 100:g} % "
+                                "of each other")
                 return None
             return float(mid)
         if (hi - lo) / hi <= self.precision:
-            self._reason = f"the last pass and the first fail are within {self.precision * 100:g} % ({lo:g} and {hi:g} req/s)"
+            self._reason = (f"{lo:g} req/s met the SLO and {hi:g} req/s did not, within {self.precision * 100:g} % "
+                            "of each other")
             return None
         return self._round((lo + hi) / 2)
 
@@ -153,7 +155,8 @@ def knee(steps: Sequence[StepResult]) -> int | None:
     """Index (into `steps`) of the knee: the step with the most output throughput per unit of mean E2E latency
     (Kleinrock's "power", throughput / delay, whose maximum is the classic knee of the throughput-latency
     curve). None until the curve has bent: while the best step is the highest load tried, or with < 3 steps."""
-    done = [s for s in steps if s.status == "done" and s.output_throughput and s.e2el_ms and s.e2el_ms.mean > 0]
+    # only steps whose figures are trusted: a client-limited step's latency is partly lpxtop's own
+    done = [s for s in steps if s.usable and s.output_throughput and s.e2el_ms and s.e2el_ms.mean > 0]
     if len(done) < 3:
         return None
     best = max(done, key=lambda s: s.output_throughput / s.e2el_ms.mean)  # type: ignore[operator,union-attr]

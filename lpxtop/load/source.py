@@ -18,6 +18,7 @@ class LoadSource:
     """SnapshotSource over an Engine (or any source) and a LoadController."""
 
     load_run = True  # the app opens the load screen for a source that says so
+    report_files: tuple[str, ...] = ()  # where the report is written when the test ends: its "done" line says
 
     def __init__(self, engine, controller) -> None:
         self.engine = engine

@@ -288,6 +288,18 @@ class Capacity:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """Where a load test stands, as AIPerf and vllm bench say it: step `step` of `steps` (None for a
+    search, whose length is not known), time since the first step began, and an estimate of the time left
+    (None when it cannot be told: a search, or before the first step)."""
+
+    step: int
+    steps: int | None
+    elapsed_s: float | None
+    eta_s: float | None
+
+
+@dataclass(frozen=True)
 class LoadState:
     """The load test as it stands: the plan, the step under way (with its live figures), the finished
     steps, and, once known, the capacity. Never mutated: the controller publishes a new one."""
@@ -323,6 +335,31 @@ class LoadState:
         if self.phase_ends is None:
             return None
         return max(0.0, self.phase_ends - now)
+
+    def progress(self, now: float) -> Progress:
+        """Step k of n, elapsed, ETA (a list's remaining steps at the mean wall time of the finished ones,
+        or warm-up + window before any finished)."""
+        total = None if self.search else len(self.planned_levels)
+        k = self.step_index + 1 if self.step_index is not None else len(self.steps)
+        if self.finished:
+            k = len(self.steps)
+        first = self.steps[0].started_at if self.steps else (self.live.started_at if self.live else self.phase_started)
+        if self.finished and self.steps:
+            last = self.steps[-1]
+            return Progress(k, total, max(0.0, last.started_at + last.wall_s - self.steps[0].started_at), 0.0)
+        elapsed = None if first is None else max(0.0, now - first)
+        eta = None
+        if total is not None and self.step_index is not None and not self.finished:
+            walls = [s.wall_s for s in self.steps if s.wall_s > 0]
+            per_step = sum(walls) / len(walls) if walls else self.warmup_s + self.duration_s
+            left = self.time_left_s(now) or 0.0
+            if self.phase in ("starting", "warmup"):
+                left += self.duration_s
+            step_start = self.live.started_at if self.live is not None else self.phase_started
+            if step_start is not None:  # the drain and judging that follow the window, as the steps before
+                left = max(left, per_step - (now - step_start))
+            eta = left + max(0, total - k) * per_step
+        return Progress(k, total, elapsed, eta)
 
     def to_json(self) -> dict:
         return {

@@ -22,7 +22,7 @@ from lpxtop.engine.runner import PUBLISH_EVERY_S
 from lpxtop.engine.source import SnapshotSource
 from lpxtop.model.snapshot import Snapshot
 from lpxtop.ui.formatting import merge_thresholds
-from lpxtop.ui.palette import Palette, palette_from_variables
+from lpxtop.ui.palette import Palette, monochrome_palette, palette_from_variables
 from lpxtop.ui.replay_keys import REPLAY_BINDINGS, ReplayActions
 from lpxtop.ui.screens.help import HelpScreen
 from lpxtop.ui.screens.main import MainScreen
@@ -60,6 +60,9 @@ class LpxtopApp(ReplayActions, App):
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        # As htop and nvitop (and `lpxtop load`): Ctrl+C quits, not Textual's "press ctrl+q" notice. A
+        # priority binding, so that it also quits from the filter field and from dialogs.
+        Binding("ctrl+c", "interrupt", "quit", show=False, priority=True),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("p", "pause", "pause"),
         Binding("r", "reset", "reset"),
@@ -119,12 +122,14 @@ class LpxtopApp(ReplayActions, App):
 
     @property
     def palette(self) -> Palette:
-        """Rich styles for the current theme's status colours (cached per theme)."""
+        """Rich styles for the current theme's status colours (cached per theme); attributes, not colours,
+        under NO_COLOR (`monochrome_palette`)."""
         name = self.theme
         if name not in self._palettes:
             theme = self.current_theme
             variables = {**variable_defaults(theme), **theme.to_color_system().generate(), **theme.variables}
-            self._palettes[name] = palette_from_variables(variables)
+            palette = palette_from_variables(variables)
+            self._palettes[name] = monochrome_palette(palette.chart) if self.no_color else palette
         return self._palettes[name]
 
     @property
@@ -213,9 +218,22 @@ class LpxtopApp(ReplayActions, App):
 
     # Actions
 
+    def action_interrupt(self) -> None:
+        """Ctrl+C: what `q` does on the screen on top (a load test stops and writes its report), else quit."""
+        for screen in reversed(self.screen_stack):
+            stop = getattr(screen, "action_stop_test", None)
+            if stop is not None:
+                stop(True)
+                return
+        self.exit()
+
     def action_help(self) -> None:
-        if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(demo=self.is_demo, replay=self.timeline is not None))
+        """The help of the screen on top: its own keys (each screen says what they are: `help_page`)."""
+        if isinstance(self.screen, HelpScreen):
+            return
+        page = getattr(self.screen, "help_page", None)
+        if callable(page):
+            self.push_screen(HelpScreen(page()))
 
     def _refused(self, action: str) -> bool:
         """True (and says why) when the source does not do `action` (the fleet view has no probing to steer)."""

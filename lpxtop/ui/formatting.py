@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from rich.cells import cell_len
 from rich.text import Text
 
 from lpxtop.engine.stats import finite as known  # None, NaN, ±Inf, too large or not a number -> None
@@ -79,6 +80,13 @@ def fmt_ms(value: float | None) -> str:
         return f"{seconds:.1f}s"
     minutes, rest = divmod(int(round(seconds)), 60)
     return f"{minutes}m{rest:02d}s"
+
+
+def fmt_ms_unit(value: float | None) -> str:
+    """fmt_ms with its unit when it has none: `720 ms`, `1.52s`, `--` (for prose, where `1.52s ms` read
+    wrong)."""
+    text = fmt_ms(value)
+    return text if text == UNKNOWN or text.endswith("s") else f"{text} ms"
 
 
 def fmt_signed_ms(value: float | None) -> str:
@@ -238,3 +246,27 @@ def join_lines(lines: Sequence[Text]) -> Text:
     joined.no_wrap = True
     joined.overflow = "ellipsis"
     return joined
+
+
+def pack_chunks(groups: Sequence[Sequence[Text]], width: int, sep: str = "  ") -> Text:
+    """Chunks (a figure with its label: `TTFT p50 65 p99 120 ms`) laid out in lines `width` cells wide,
+    `sep` between them, a chunk never split across lines: each group starts a new line and continues on
+    as many as it needs. Only a chunk wider than a whole line is cut (with an ellipsis)."""
+    lines: list[Text] = []
+    for group in groups:
+        line = Text()
+        for chunk in group:
+            if not chunk.plain:
+                continue
+            if line.plain and line.cell_len + cell_len(sep) + chunk.cell_len > width:
+                lines.append(line)
+                line = Text()
+            if line.plain:
+                line.append(sep)
+            line.append_text(chunk)
+        if line.plain:
+            lines.append(line)
+    text = Text("\n").join(lines)
+    text.no_wrap = True
+    text.overflow = "ellipsis"
+    return text

@@ -71,3 +71,17 @@ def palette_from_variables(variables: Mapping[str, str]) -> Palette:
             rgb("lpx-critical", "#ba3c5b"),
         ),
     )
+
+
+def monochrome_palette(chart: tuple[tuple[int, int, int], ...]) -> Palette:
+    """The palette under NO_COLOR: emphasis by attributes, never by a colour (a terminal filter turns every
+    colour into a grey, and the critical red became a grey dimmer than plain text). Critical is bold and
+    reversed, a warning bold and underlined; plain text for what is fine; muted text is dim."""
+    return Palette(
+        ok=Style(),
+        warning=Style(bold=True, underline=True),
+        critical=Style(bold=True, reverse=True),
+        muted=Style(dim=True),
+        accent=Style(),
+        chart=chart,
+    )

@@ -40,9 +40,9 @@ def test_ci_runs_the_readme_test_command_and_requires_prometheus():
     assert "127.0.0.1 unless `--listen`" in readme  # /probe's risk, said where users read it
 
 
-def test_the_readme_scrape_config_passes_promtool(tmp_path):
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```yaml\n(scrape_configs:.*?)```", readme, re.S)
+def test_the_fleet_docs_scrape_config_passes_promtool(tmp_path):
+    doc = (ROOT / "docs" / "fleet.md").read_text()
+    blocks = re.findall(r"```yaml\n(scrape_configs:.*?)```", doc, re.S)
     assert len(blocks) == 1
     config = tmp_path / "prometheus.yml"
     config.write_text(blocks[0])

@@ -15,7 +15,7 @@ from lpxtop.model.probe import Percentiles
 from lpxtop.ui.app import create_app
 from lpxtop.ui.screens.confirm import ConfirmSignalScreen
 from lpxtop.ui.screens.detail import DetailScreen
-from lpxtop.ui.screens.help import KEY_HELP, HelpScreen
+from lpxtop.ui.screens.help import DETAIL_KEY_HELP, KEY_HELP, HelpScreen
 from lpxtop.ui.screens.main import MainScreen
 from lpxtop.ui.widgets.endpoints_table import EndpointsTable
 from lpxtop.ui.widgets.row_table import RowTable
@@ -58,16 +58,18 @@ async def test_question_mark_opens_help_listing_every_key():
         assert isinstance(app.screen, MainScreen)
 
 
-def test_every_binding_is_in_the_help():
-    """A key bound on the app or the main screen must appear in KEY_HELP (by its displayed name)."""
+@pytest.mark.parametrize("screen, table", [(MainScreen, KEY_HELP), (DetailScreen, DETAIL_KEY_HELP)],
+                         ids=["main", "detail"])
+def test_every_binding_is_in_that_screens_help(screen, table):
+    """A key bound on the app or on a screen must appear in that screen's help (by its displayed name)."""
     from lpxtop.ui.app import LpxtopApp
 
     names = {"question_mark": "?", "plus": "+", "equals_sign": "+", "minus": "-", "slash": "/",
              "escape": "Esc", "enter": "Enter", "left": "←", "right": "→", "shift+left": "shift+←",
              "shift+right": "shift+→", "left_square_bracket": "[", "right_square_bracket": "]",
-             "less_than_sign": "<", "greater_than_sign": ">"}
-    help_keys = " ".join(k for k, _, _ in KEY_HELP).split()
-    for binding in [*LpxtopApp.BINDINGS, *MainScreen.BINDINGS, *DetailScreen.BINDINGS]:
+             "less_than_sign": "<", "greater_than_sign": ">", "ctrl+c": "Ctrl+C"}
+    help_keys = " ".join(k for k, _, _ in table).split()
+    for binding in [*LpxtopApp.BINDINGS, *screen.BINDINGS]:
         for key in binding.key.split(","):
             assert names.get(key, key) in help_keys, key
 
@@ -448,7 +450,9 @@ async def test_empty_snapshot_says_how_to_add_an_endpoint():
         await pilot.pause()
         text = text_of(app.screen.query_one("#empty-message", Static))
         assert "lpxtop http://127.0.0.1:8000/v1" in text and "--config" in text and "lpxtop demo" in text
-        gpu = text_of(app.screen.query_one("#gpu-panel", Static))
+        # no GPU: its panel gives its room away, one line says why
+        assert not app.screen.query_one("#gpu-panel").display
+        gpu = text_of(app.screen.query_one("#gpu-line", Static))
         assert "unavailable: NVML library not found" in gpu
 
 

@@ -5,6 +5,7 @@ No tests here.
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
 
 from lpxtop.engine.source import FixedSource
@@ -43,6 +44,19 @@ def bump(snapshot: Snapshot, **changes) -> Snapshot:
 
 
 def text_of(widget) -> str:
-    """The plain text a Static was last given."""
+    """The plain text a Static was last given (a table rendered 200 columns wide)."""
     content = widget.content
-    return content.plain if hasattr(content, "plain") else str(content)
+    if hasattr(content, "plain"):
+        return content.plain
+    if isinstance(content, str):
+        return content
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=io.StringIO(), color_system=None)
+    console.print(content)
+    return console.export_text()
+
+
+def screen_lines(app) -> list[str]:
+    """What the terminal shows now, line by line (the screen on top, composited)."""
+    return [strip.text for strip in app.screen._compositor.render_strips()]

@@ -132,3 +132,29 @@ def test_knee_is_where_throughput_per_latency_peaks():
              for i, (c, tp, e2e) in enumerate([(1, 70, 450), (2, 120, 500), (4, 235, 550), (8, 205, 1000)])]
     assert knee(steps) == 2
     assert knee(steps[:3]) is None  # still rising: no knee yet
+
+
+def test_a_client_limited_step_is_never_the_knee():
+    limited = ClientHealth(lag_p99_ms=80.0, limited=True, reason="loop lag")
+    steps = [step(c, 50, index=i, output_throughput=tp, e2el_ms=dist(e2e))
+             for i, (c, tp, e2e) in enumerate([(1, 70, 450), (2, 120, 500), (4, 235, 550), (8, 205, 1000),
+                                               (16, 210, 1900)])]
+    steps[2] = replace(steps[2], client=limited)  # its figures are partly lpxtop's own: not trusted
+    assert knee(steps) != 2
+
+
+def test_the_stop_reason_agrees_with_a_client_limited_step_above_the_capacity():
+    """The step above the capacity was client-limited: the reason must not call it a failure, as the
+    sentence says it was client-limited."""
+    limited = ClientHealth(lag_p99_ms=80.0, limited=True, reason="loop lag")
+    search = CapacitySearch("concurrency", 8, 64)
+    steps = [step(8, 100, index=0), step(16, 100, index=1, client=limited)]
+    search.next_level(steps)  # bisects: 12
+    steps.append(step(12, 100, index=2, client=limited))
+    steps.append(step(10, 100, index=3, client=limited))
+    steps.append(step(9, 100, index=4, client=limited))
+    assert search.next_level(steps) is None
+    reason = search.stop_reason(steps)
+    cap = capacity("concurrency", steps, True, reason)
+    assert "fail" not in reason and "8 met the SLO and 9 did not" in reason
+    assert "9 was client-limited" in cap.sentence

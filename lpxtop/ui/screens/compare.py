@@ -18,6 +18,7 @@ from textual.widgets import Footer, Static
 
 from lpxtop.record.compare import Comparison, fmt_change, fmt_value
 from lpxtop.ui.palette import Palette
+from lpxtop.ui.screens.help import QUIT_ROWS, HelpPage
 
 
 def render_comparison(comparison: Comparison, palette: Palette) -> Group:
@@ -81,3 +82,9 @@ class CompareScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
+
+    def help_page(self) -> HelpPage:
+        rows = (*((k, d) for k, d, _ in QUIT_ROWS), ("Esc", "back to the replay of A"),
+                ("↑ ↓ PgUp PgDn", "scroll the comparison"), ("t", "cycle the colour theme"))
+        return HelpPage("compare keys", rows, "Each endpoint's percentiles in A and in B, and the change: lower is "
+                        "better for latencies and the error rate, higher for tok/s; coloured from B's point of view.")

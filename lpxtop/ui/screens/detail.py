@@ -11,12 +11,13 @@ from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, Tabs
 
 from lpxtop.model.snapshot import EndpointView, Snapshot
-from lpxtop.ui.formatting import fmt_ago, fmt_ms, fmt_pct, fmt_rate, truncate
+from lpxtop.ui.formatting import fmt_ago, fmt_ms_unit, fmt_pct, fmt_rate, pack_chunks, truncate
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.screens import already_shown
+from lpxtop.ui.screens.help import HelpPage, detail_help
 from lpxtop.ui.widgets.agent_panel import AgentPanel
 from lpxtop.ui.widgets.charts import PlotextChart, endpoint_charts
 from lpxtop.ui.widgets.endpoints_table import STATUS_SYMBOLS, error_pct, gap_text, server_ttft_mean_ms
@@ -27,35 +28,38 @@ CHART_IDS = ("chart-ttft", "chart-e2e", "chart-itl", "chart-tokens", "chart-queu
 WIDE = 150
 
 
-def render_summary(view: EndpointView | None, name: str, now: float, palette: Palette) -> Text:
-    """Two lines: identity and status, then counts and the headline numbers."""
+def render_summary(view: EndpointView | None, name: str, now: float, palette: Palette, width: int = 200) -> Text:
+    """Who the endpoint is, then its headline figures, laid out in lines `width` cells wide without ever
+    cutting a figure in two: what does not fit goes to the next line."""
     if view is None:
         return Text(f"{name}: this endpoint is no longer in the snapshot (removed or renamed). Esc goes back.",
                     style=palette.warning)
-    text = Text(no_wrap=True, overflow="ellipsis")
-    text.append(f"{STATUS_SYMBOLS.get(view.status, '?')} {view.key} {view.status}", style=palette.status(view.status))
-    text.append(f"  {view.config.display_url}  ")
-    text.append(view.model or "model unknown", style="bold" if view.model else palette.muted)
-    text.append(f"  {view.server_kind}", style=palette.muted)
+    head = [Text(f"{STATUS_SYMBOLS.get(view.status, '?')} {view.key} {view.status}", style=palette.status(view.status)),
+            Text(view.config.display_url),
+            Text(view.model or "model unknown", style="bold" if view.model else palette.muted),
+            Text(view.server_kind, style=palette.muted)]
     if view.config.discovered:
-        text.append("  (discovered)", style=palette.muted)
-    text.append("\n")
-    text.append(f"probes {view.probes_sent} sent, {view.probes_ok} ok, {view.probes_failed} failed", style=palette.muted)
-    if view.probes_client_limited:  # lpxtop itself was late during these: left out of the percentiles
-        text.append(f", {view.probes_client_limited} client-limited", style=palette.warning)
-    text.append(f"  error {fmt_pct(error_pct(view))}")
-    if view.errors:
-        text.append("  (" + ", ".join(f"{k} {n}" for k, n in sorted(view.errors.items())) + ")", style=palette.critical)
+        head.append(Text("(discovered)", style=palette.muted))
     p = view.ttft_ms
-    text.append(f"  TTFT p50 {fmt_ms(p.p50 if p else None)} p99 {fmt_ms(p.p99 if p else None)} ms")
+    tps = view.output_tokens_per_s
+    figures = [Text(f"TTFT p50 {fmt_ms_unit(p.p50 if p else None)} p99 {fmt_ms_unit(p.p99 if p else None)}"),
+               Text(f"tok/s {fmt_rate(tps.p50 if tps else None)}{'~' if view.output_tokens_approx else ''}"),
+               Text(f"error {fmt_pct(error_pct(view))}")]
+    if view.errors:
+        figures.append(Text("(" + ", ".join(f"{k} {n}" for k, n in sorted(view.errors.items())) + ")",
+                            style=palette.critical))
+    if view.ttft_gap.value_ms is not None:
+        gap = gap_text(view)
+        figures.append(Text(f"outside engine {gap}{'' if gap.endswith('s') else ' ms'}", style=palette.accent))
     server_mean = server_ttft_mean_ms(view)
     if server_mean is not None:
-        text.append(f"  server TTFT mean {fmt_ms(server_mean)}", style=palette.muted)
-    if view.ttft_gap.value_ms is not None:
-        text.append(f"  outside engine {gap_text(view)} ms", style=palette.accent)
-    tps = view.output_tokens_per_s
-    text.append(f"  tok/s {fmt_rate(tps.p50 if tps else None)}{'~' if view.output_tokens_approx else ''}")
-    return text
+        figures.append(Text(f"server TTFT mean {fmt_ms_unit(server_mean)}", style=palette.muted))
+    probes = Text(f"probes {view.probes_sent} sent, {view.probes_ok} ok, {view.probes_failed} failed",
+                  style=palette.muted)
+    if view.probes_client_limited:  # lpxtop itself was late during these: left out of the percentiles
+        probes.append(f", {view.probes_client_limited} client-limited", style=palette.warning)
+    figures.append(probes)
+    return pack_chunks((head, figures), max(20, width))
 
 
 def settings_text(view: EndpointView) -> str:
@@ -82,6 +86,10 @@ class DetailScreen(Screen):
 
     BINDINGS = [
         Binding("escape", "back", "back"),
+        # Tabs switch with ← → whatever has the focus (a chart's scroll area, the errors table): priority
+        # bindings, checked before the focused widget's own.
+        Binding("left", "tab(-1)", "tab", key_display="←", priority=True, show=False),
+        Binding("right", "tab(1)", "tab", key_display="← →", priority=True),
     ]
 
     def __init__(self, endpoint_name: str) -> None:
@@ -160,7 +168,8 @@ class DetailScreen(Screen):
             return  # the app is closing and has taken the screen's widgets down: nothing to draw on
         palette = self.app.palette  # type: ignore[attr-defined]
         view = next((v for v in snap.endpoints if v.key == self.endpoint_name), None)
-        summary.update(render_summary(view, self.endpoint_name, snap.wall_time, palette))
+        summary.update(render_summary(view, self.endpoint_name, snap.wall_time, palette,
+                                      summary.content_size.width or self.size.width - 2))
         if view is None:
             return
         now = time.monotonic()
@@ -216,3 +225,16 @@ class DetailScreen(Screen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
+
+    def action_tab(self, step: int) -> None:
+        """The previous (-1) or next (1) tab as the tab bar shows them (an added Agent tab in its place),
+        wrapping round."""
+        bar = self.query_one("#detail-tabs", TabbedContent).query_one(Tabs)
+        if step > 0:
+            bar.action_next_tab()
+        else:
+            bar.action_previous_tab()
+
+    def help_page(self) -> HelpPage:
+        app = self.app
+        return detail_help(demo=getattr(app, "is_demo", False), replay=getattr(app, "timeline", None) is not None)

@@ -20,20 +20,20 @@ from lpxtop.model.snapshot import Snapshot
 from lpxtop.ui.formatting import fmt_duration
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.screens import already_shown
-from lpxtop.ui.screens.help import HelpScreen
+from lpxtop.ui.screens.help import HelpPage
 from lpxtop.ui.widgets.alerts_bar import AlertsBar
-from lpxtop.ui.widgets.gpu_panel import GpuPanel, energy_by_device
+from lpxtop.ui.widgets.gpu_panel import GpuLine, GpuPanel, energy_by_device, no_gpu
 from lpxtop.ui.widgets.header_bar import HeaderBar
 from lpxtop.ui.widgets.host_panel import HostPanel
 from lpxtop.ui.widgets.load_chart import SweepCharts
-from lpxtop.ui.widgets.load_steps import LoadStepPanel
+from lpxtop.ui.widgets.load_steps import LoadStepPanel, load_title, marks_legend
 
 # The load screen's keys, for its help (a test compares them with the bindings).
 LOAD_KEY_HELP: tuple[tuple[str, str], ...] = (
-    ("q / Ctrl-C", "stop the test at once and quit: the finished steps' report is written, the step under "
-     "way is marked partial"),
-    ("?", "this help (Esc or ? closes it)"),
-    ("2 3", "show or hide a panel: GPU, host"),
+    ("q / Ctrl+C", "stop the test at once and quit: the finished steps' report is written, the step under "
+     "way is marked partial; once the test is done, quit and write the report"),
+    ("?", "this help (Esc or ? closes it; ↑ ↓ PgUp PgDn scroll it)"),
+    ("2 3", "show or hide a panel: GPU, host (the charts take their room)"),
     ("t", "cycle the colour theme"),
 )
 LOAD_LEGEND = (
@@ -41,8 +41,11 @@ LOAD_LEGEND = (
     "measured duration (first send to last completion); TTFT, E2E, TPOT, ITL in ms unless marked s;\n"
     "queue↑ KV↑: the server's peak waiting requests and KV-cache use during the window; goodput: requests/s\n"
     "that met every per-request bound of the SLO. ✓ the capacity (highest step that met the SLO), ◆ the knee\n"
-    "(most throughput per unit of latency). Italic: the step under way, over its requests so far.\n"
-    "client-limited: lpxtop itself was short of CPU in that step; its figures are not trusted."
+    "(most throughput per unit of latency, over the steps whose figures are trusted). Italic: the step under\n"
+    "way, over its requests so far. SLO: met, missed (and which objectives), or client-limited: not judged,\n"
+    "lpxtop itself was short of CPU in that step and its figures are not trusted.\n"
+    "Progress: step k of n, the time since the first step began, and an estimate of the time left (ETA:\n"
+    "the steps to come at the mean length of those done). The sweep charts put one point per finished step."
 )
 TALL = 36
 INTERRUPTED = 130
@@ -61,9 +64,6 @@ def render_load_header(snap: Snapshot, load: LoadState, palette: Palette) -> Tex
         text.append(f" · {load.model}", style=palette.muted)
     text.append(" │ up ", style=palette.muted)
     text.append(fmt_duration(snap.wall_time - snap.started_at))
-    if load.slo_text:
-        text.append(" │ SLO ", style=palette.muted)
-        text.append(load.slo_text)
     return text
 
 
@@ -73,17 +73,16 @@ class LoadScreen(Screen):
     DEFAULT_CSS = """
     LoadScreen #load-panel { height: auto; max-height: 60%; }
     LoadScreen #sweep-panel { height: 1fr; min-height: 8; }
+    LoadScreen.-short #load-panel { max-height: 100%; }
+    LoadScreen.-short #sweep-panel { min-height: 0; }
     LoadScreen #load-lower { height: 9; }
     LoadScreen.-tall #load-lower { height: 12; }
-    LoadScreen.-short #load-lower { display: none; }
     LoadScreen #load-lower #gpu-panel { width: 1fr; height: 1fr; }
     LoadScreen #load-lower #host-panel { width: 1fr; height: 1fr; }
     """
 
     BINDINGS = [
-        Binding("question_mark", "load_help", "help", key_display="?"),
-        Binding("q", "stop_test", "stop & quit"),
-        Binding("ctrl+c", "stop_test(True)", "stop & quit", show=False, priority=True),
+        Binding("q", "stop_test", "stop & quit"),  # Ctrl+C too: the app's priority binding calls action_stop_test
         Binding("2", "toggle_panel('gpu-panel')", "GPU", show=False),
         Binding("3", "toggle_panel('host-panel')", "host", show=False),
     ]
@@ -92,6 +91,8 @@ class LoadScreen(Screen):
         super().__init__()
         self._snap: Snapshot | None = None
         self._mounted_once = False
+        self._hidden: set[str] = set()  # panels hidden with 2 / 3
+        self._no_gpu = False  # no GPU to show: one line says why, the host panel takes the row
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -100,17 +101,25 @@ class LoadScreen(Screen):
             yield LoadStepPanel(id="load-steps-panel")
         with Vertical(id="sweep-panel", classes="panel"):
             yield SweepCharts(id="sweep")
+        yield GpuLine(id="gpu-line")
         with Horizontal(id="load-lower"):
             yield GpuPanel(id="gpu-panel", classes="panel")
             yield HostPanel(id="host-panel", classes="panel")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
+        # plotext's import takes ~0.2 s of CPU (0.8 s on a busy 2-core box): here, before the first frame and
+        # so before the test starts (the CLI starts it once the screen is up), not when the first step ends
+        # and the sweep is drawn, where it stalled the screen for a whole short step and took CPU from the
+        # load generator in the middle of a measured window.
+        import plotext  # noqa: F401
+
         self.query_one("#load-panel").border_title = "Load test"
         self.query_one("#sweep-panel").border_title = "Sweep: one point per finished step"
         self.query_one("#gpu-panel").border_title = "GPU"
         self.query_one("#host-panel").border_title = "Host"
         self._apply_size_classes()
+        self._apply_panels()
         self._mounted_once = True
         snap = getattr(self.app, "snapshot", None)
         if snap is not None:
@@ -123,7 +132,23 @@ class LoadScreen(Screen):
 
     def _apply_size_classes(self) -> None:
         self.set_class(self.size.height >= TALL, "-tall")
-        self.set_class(self.size.height < SHORT, "-short")
+        short = self.size.height < SHORT
+        self.query_one(AlertsBar).max_lines = 2 if short else 3
+        if short != self.has_class("-short"):
+            self.set_class(short, "-short")
+            if self._mounted_once:
+                self._apply_panels()
+
+    def _apply_panels(self) -> None:
+        """Show what is not hidden (a short terminal sets the GPU and host aside for the charts, until 2 or
+        3 brings one back); without a GPU, one line says why and the host panel takes the row."""
+        room = not self.has_class("-short")
+        gpu_wanted = room and "gpu-panel" not in self._hidden
+        self.query_one("#gpu-panel").display = gpu_wanted and not self._no_gpu
+        self.query_one("#gpu-line").display = gpu_wanted and self._no_gpu
+        self.query_one("#host-panel").display = room and "host-panel" not in self._hidden
+        self.query_one("#load-lower").display = (self.query_one("#gpu-panel").display
+                                                 or self.query_one("#host-panel").display)
 
     def on_screen_resume(self) -> None:
         snap = getattr(self.app, "snapshot", None)
@@ -151,24 +176,36 @@ class LoadScreen(Screen):
         if load is not None:
             self.query_one(HeaderBar).show(render_load_header(snap, load, palette))
             server = snap.endpoints[0].server if snap.endpoints else None
-            self.query_one(LoadStepPanel).show(load, server, snap.wall_time, palette, force=force)
+            source = self.app.source  # type: ignore[attr-defined]
+            files = tuple(getattr(source, "report_files", ()))
+            recorder = getattr(source, "recorder", None)
+            recording = str(recorder.path) if getattr(recorder, "path", None) is not None else None
+            self.query_one(LoadStepPanel).show(load, server, snap.wall_time, palette, force=force, files=files,
+                                               recording=recording)
             self.query_one(SweepCharts).show(load, force=force)
-            title = f"Load test · {load.mode.replace('_', ' ')}{' search' if load.search else ''}"
-            if load.capacity is not None and load.capacity.level is not None:
-                title += " · " + load.capacity.sentence.removeprefix("capacity: ").split(" (")[0] + " within the SLO"
+            title = load_title(load, snap.wall_time)
             panel = self.query_one("#load-panel")
             if panel.border_title != title:
                 panel.border_title = title
+            legend = marks_legend(load)  # what the table's marks mean, once it shows any
+            if panel.border_subtitle != legend:
+                panel.border_subtitle = legend
         self.query_one(AlertsBar).show(snap.alerts, palette, force=force)
+        if no_gpu(snap.gpu) != self._no_gpu:
+            self._no_gpu = not self._no_gpu
+            self._apply_panels()
         gpu = self.query_one(GpuPanel)
         if gpu.display:
             gpu.show(snap.gpu, thresholds, palette, force=force, energy=energy_by_device(snap.endpoints))
+        line = self.query_one(GpuLine)
+        if line.display:
+            line.show(snap.gpu, palette, force=force)
         host = self.query_one(HostPanel)
         if host.display:
             host.show(snap.host, thresholds, palette, force=force)
 
-    def action_load_help(self) -> None:
-        self.app.push_screen(LoadHelpScreen())
+    def help_page(self) -> HelpPage:
+        return HelpPage("lpxtop load keys", LOAD_KEY_HELP, LOAD_LEGEND)
 
     def action_stop_test(self, interrupted: bool = False) -> None:
         stop = getattr(self.app.source, "stop_load", None)  # type: ignore[attr-defined]
@@ -177,33 +214,10 @@ class LoadScreen(Screen):
         self.app.exit(return_code=INTERRUPTED if interrupted else 0)  # Ctrl-C: the shell's 130, as headless
 
     def action_toggle_panel(self, panel_id: str) -> None:
-        lower = self.query_one("#load-lower")
-        widget = self.query_one(f"#{panel_id}")
-        if self.has_class("-short"):  # the panels were set aside for room: bring this one back
+        if self.has_class("-short"):  # the panels were set aside for room: bring this one back alone
             self.remove_class("-short")
-            for other in ("gpu-panel", "host-panel"):
-                self.query_one(f"#{other}").display = other == panel_id
+            self._hidden = {"gpu-panel", "host-panel"} - {panel_id}
         else:
-            widget.display = not widget.display
-        lower.display = self.query_one("#gpu-panel").display or self.query_one("#host-panel").display
+            self._hidden ^= {panel_id}
+        self._apply_panels()
         self.call_after_refresh(self.rerender)
-
-
-class LoadHelpScreen(HelpScreen):
-    """The help of the load screen: its keys and what its columns mean."""
-
-    def compose(self) -> ComposeResult:
-        from rich.text import Text as RichText
-        from textual.containers import VerticalScroll
-        from textual.widgets import Static
-
-        width = max(len(k) for k, _ in LOAD_KEY_HELP) + 2
-        table = RichText()
-        for i, (keys, description) in enumerate(LOAD_KEY_HELP):
-            table.append(("\n" if i else "") + f"{keys:<{width}}", style="bold")
-            table.append(description)
-        with VerticalScroll(id="help-body") as body:
-            body.border_title = "lpxtop load keys"
-            body.border_subtitle = "Esc closes"
-            yield Static(table, id="help-keys")
-            yield Static(RichText(LOAD_LEGEND), id="help-legend")

@@ -12,13 +12,14 @@ from textual.widgets import Footer, Input, Static
 
 from lpxtop.model.snapshot import EndpointView, Snapshot
 from lpxtop.ui.screens.confirm import ConfirmSignalScreen
+from lpxtop.ui.screens.help import HelpPage, main_help
 from lpxtop.ui.widgets.alerts_bar import AlertsBar
 from lpxtop.ui.widgets.endpoint_strip import EndpointStrip
-from lpxtop.ui.widgets.endpoints_table import SORT_KEYS, EndpointsTable, filter_views, sort_views
-from lpxtop.ui.widgets.gpu_panel import GpuPanel, energy_by_device
+from lpxtop.ui.widgets.endpoints_table import SORT_KEYS, EndpointsTable, filter_views, sort_label, sort_views
+from lpxtop.ui.widgets.gpu_panel import GpuLine, GpuPanel, energy_by_device, no_gpu
 from lpxtop.ui.widgets.header_bar import HeaderBar, render_header
 from lpxtop.ui.widgets.host_panel import HostPanel
-from lpxtop.ui.widgets.ports_panel import PortsPanel
+from lpxtop.ui.widgets.ports_panel import PortsPanel, endpoints_by_process
 from lpxtop.ui.widgets.row_table import RowTable
 from lpxtop.ui.widgets.timebar import TimeBar
 
@@ -29,7 +30,6 @@ EMPTY_MESSAGE = (
     "Just looking? lpxtop demo  (simulated servers, no GPU needed)"
 )
 PANELS = {"1": "endpoints-panel", "2": "gpu-panel", "3": "host-panel", "4": "ports-panel"}
-LOWER_PANELS = ("gpu-panel", "host-panel", "ports-panel")
 WIDE = 150  # columns from which the lower panels get more room
 TALL = 36  # rows from which the alerts bar may show more lines
 
@@ -40,6 +40,7 @@ class MainScreen(Screen):
     BINDINGS = [
         Binding("enter", "open_detail", "detail"),
         Binding("s", "cycle_sort", "sort"),
+        Binding("I", "invert_sort", "invert sort", show=False),
         Binding("slash", "filter", "filter", key_display="/"),
         Binding("escape", "clear_filter", "clear filter", show=False),
         Binding("1", "toggle_panel('1')", "endpoints", show=False),
@@ -53,11 +54,14 @@ class MainScreen(Screen):
     def __init__(self) -> None:
         super().__init__()
         self.sort_index = 0
+        self.sort_reversed = False  # `I` (as htop): the sort's order inverted
         self.filter_text = ""
         self._snap: Snapshot | None = None
         self._size_class: tuple[bool, bool] | None = None
         self._mounted_once = False  # set once mounted: snapshots that arrive earlier are kept, drawn then
         self._message = EMPTY_MESSAGE  # what #empty-message shows
+        self._hidden: set[str] = set()  # panels hidden with 1-4
+        self._no_gpu = False  # no GPU to show: one line says why, the panel's room goes to the others
 
     @property
     def sort_key(self) -> str:
@@ -70,6 +74,7 @@ class MainScreen(Screen):
             yield EndpointsTable(id="endpoints")
             yield Static(EMPTY_MESSAGE, id="empty-message", markup=False)
             yield EndpointStrip(id="strip")
+        yield GpuLine(id="gpu-line")
         with Horizontal(id="lower"):
             yield GpuPanel(id="gpu-panel", classes="panel")
             with Vertical(id="side"):
@@ -92,6 +97,7 @@ class MainScreen(Screen):
         self.query_one("#filter", Input).cursor_blink = not getattr(self.app, "ssh", False)
         self.query_one("#endpoints", EndpointsTable).focus()
         self._apply_size_classes()
+        self._apply_panels()
         self._mounted_once = True
         snap = getattr(self.app, "snapshot", None)
         if snap is not None:
@@ -115,7 +121,7 @@ class MainScreen(Screen):
         self._size_class = (wide, tall)
         self.set_class(wide, "-wide")
         self.set_class(tall, "-tall")
-        self.query_one(AlertsBar).max_lines = 4 if tall else 2
+        self.query_one(AlertsBar).max_lines = 5 if tall else 3
 
     # Rendering
 
@@ -138,7 +144,8 @@ class MainScreen(Screen):
         """Endpoints after the filter and the sort, in display order."""
         if self._snap is None:
             return []
-        return sort_views(filter_views(self._snap.endpoints, self.filter_text), self.sort_key)
+        return sort_views(filter_views(self._snap.endpoints, self.filter_text), self.sort_key,
+                          reverse=self.sort_reversed)
 
     def _draw(self, force: bool) -> None:
         snap = self._snap
@@ -165,15 +172,23 @@ class MainScreen(Screen):
         if replay:
             self.refresh_timebar(force=force)
         self.query_one(AlertsBar).show(snap.alerts, palette, force=force)
+        if no_gpu(snap.gpu) != self._no_gpu:
+            self._no_gpu = not self._no_gpu
+            self._apply_panels()
         panel = self.query_one("#endpoints-panel")
         if panel.display:
             self._render_endpoints(snap, palette, thresholds, force)
+        served = endpoints_by_process(snap.ports)
         gpu = self.query_one(GpuPanel)
         if gpu.display:
-            gpu.show(snap.gpu, thresholds, palette, force=force, energy=energy_by_device(snap.endpoints))
+            gpu.show(snap.gpu, thresholds, palette, force=force, served=served,
+                     energy=energy_by_device(snap.endpoints))
+        line = self.query_one(GpuLine)
+        if line.display:
+            line.show(snap.gpu, palette, force=force)
         host = self.query_one(HostPanel)
         if host.display:
-            host.show(snap.host, thresholds, palette, force=force)
+            host.show(snap.host, thresholds, palette, force=force, served=served)
         ports = self.query_one(PortsPanel)
         if ports.display:
             ports.show(snap.ports, snap.leftovers, palette, force=force)
@@ -198,14 +213,14 @@ class MainScreen(Screen):
             message.update(text)
         message.display = not views
         table.display = bool(views)
-        table.show(views, thresholds, palette)
+        table.show(views, thresholds, palette, sort=(self.sort_key, self.sort_reversed))
         strip = self.query_one(EndpointStrip)
         strip.display = bool(views)
         selected = table.selected_name
         view = next((v for v in views if v.key == selected), views[0] if views else None)
         strip.show(view, snap.wall_time, palette, force=force)
         panel = self.query_one("#endpoints-panel")
-        title = f"Endpoints {len(views)}/{len(snap.endpoints)} · sort: {SORT_KEYS[self.sort_index][1]}"
+        title = f"Endpoints {len(views)}/{len(snap.endpoints)} · sort: {sort_label(self.sort_key, self.sort_reversed)}"
         if self.filter_text:
             title += f" · filter: {self.filter_text}"
         if panel.border_title != title:  # setting it, even to the same text, repaints the whole panel
@@ -236,7 +251,16 @@ class MainScreen(Screen):
 
     def action_cycle_sort(self) -> None:
         self.sort_index = (self.sort_index + 1) % len(SORT_KEYS)
+        self.sort_reversed = False
         self.rerender()
+
+    def action_invert_sort(self) -> None:
+        self.sort_reversed = not self.sort_reversed
+        self.rerender()
+
+    def help_page(self) -> HelpPage:
+        app = self.app
+        return main_help(demo=getattr(app, "is_demo", False), replay=getattr(app, "timeline", None) is not None)
 
     def action_filter(self) -> None:
         field = self.query_one("#filter", Input)
@@ -264,15 +288,27 @@ class MainScreen(Screen):
             self.query_one(EndpointsTable).focus()
 
     def action_toggle_panel(self, number: str) -> None:
-        widget = self.query_one(f"#{PANELS[number]}")
-        widget.display = not widget.display
-        side = self.query_one("#side")
-        side.display = self.query_one("#host-panel").display or self.query_one("#ports-panel").display
-        lower = self.query_one("#lower")
-        lower.display = any(self.query_one(f"#{p}").display for p in LOWER_PANELS)
-        self.set_class(not lower.display, "-lower-hidden")
-        self.set_class(not self.query_one("#endpoints-panel").display, "-endpoints-hidden")
+        self._hidden ^= {PANELS[number]}
+        self._apply_panels()
         self.call_after_refresh(self.rerender)
+
+    def _apply_panels(self) -> None:
+        """Show what is not hidden; a hidden panel's room goes to the others. Without a GPU, one line
+        across the screen says why, in the GPU panel's place (2 hides it too)."""
+        shown = {p: p not in self._hidden for p in PANELS.values()}
+        self.query_one("#endpoints-panel").display = shown["endpoints-panel"]
+        self.query_one("#gpu-panel").display = shown["gpu-panel"] and not self._no_gpu
+        self.query_one("#gpu-line").display = shown["gpu-panel"] and self._no_gpu
+        self.query_one("#host-panel").display = shown["host-panel"]
+        self.query_one("#ports-panel").display = shown["ports-panel"]
+        self.query_one("#side").display = shown["host-panel"] or shown["ports-panel"]
+        gpu_panel = shown["gpu-panel"] and not self._no_gpu
+        lower = self.query_one("#lower")
+        lower.display = gpu_panel or shown["host-panel"] or shown["ports-panel"]
+        self.set_class(not lower.display, "-lower-hidden")
+        self.set_class(not shown["endpoints-panel"], "-endpoints-hidden")
+        # Only the host panel (a few fixed lines) below: it keeps its own height, the table takes the rest.
+        self.set_class(lower.display and not gpu_panel and not shown["ports-panel"], "-lower-small")
 
     def action_signal(self, name: str) -> None:
         """T / K: confirm, then signal the process selected in the ports panel."""

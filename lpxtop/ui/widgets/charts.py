@@ -15,10 +15,10 @@ from rich.text import Text
 from textual.widgets import Static
 
 from lpxtop.model.snapshot import EndpointView
-from lpxtop.ui.formatting import fmt_ms, fmt_rate
+from lpxtop.ui.formatting import fmt_ms, fmt_rate, pack_chunks
 
 RGB = tuple[int, int, int]
-MIN_WIDTH, MIN_HEIGHT = 20, 5
+MIN_WIDTH, MIN_HEIGHT = 20, 7  # a plot needs its axes, its labels and a few rows between them
 
 
 # plotext draws nothing sensible from NaN or ±Inf, and fails on some: every chart's numbers pass here.
@@ -73,6 +73,8 @@ class ChartSpec:
     y_max: float | None = None
     x_label: str = ""
     empty_message: str = "no data yet"
+    integer_y: bool = False  # the y axis counts things (requests): whole-number ticks only
+    time_x: bool = True  # x is seconds relative to now (≤ 0): ticks read "30 … now"
 
     def __post_init__(self) -> None:
         # the same guard for the histogram's values, the reference lines and the axis limits
@@ -92,22 +94,97 @@ class ChartSpec:
         return not any(s.ys for s in self.series)
 
 
+def nice_ticks(lo: float, hi: float, count: int, integer: bool = False) -> list[float]:
+    """About `count` round tick values (steps of 1, 2, 2.5 or 5 × 10^k) covering lo..hi; whole numbers
+    only when `integer` (no 0.25 on a request count)."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return [0.0]
+    if hi <= lo:
+        hi = lo + (1.0 if integer or lo == 0 else abs(lo) * 0.1)
+    raw = (hi - lo) / max(1, count - 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw * 0.999)
+    if integer:
+        step = max(1.0, float(math.ceil(step)))
+    first = math.floor(lo / step + 1e-9) * step
+    ticks = []
+    value = first
+    while value <= hi + step * 1e-9 and len(ticks) < 50:
+        ticks.append(round(value, 10))
+        value += step
+    if ticks[-1] < hi - step * 1e-9:
+        ticks.append(round(ticks[-1] + step, 10))
+    return ticks
+
+
+def tick_text(value: float) -> str:
+    """A tick label as a person writes the number, at most 5 characters: 0.12, 3.4, 45.6, 780, 1250,
+    12.3k (never plotext's 7.8e2)."""
+    v = abs(value)
+    if v >= 99_950:
+        return f"{value / 1000:.0f}k"
+    if v >= 10_000:
+        return f"{value / 1000:.1f}k"
+    if v >= 100 or float(value).is_integer():
+        return f"{value:.0f}"
+    if v >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}".rstrip("0").rstrip(".") if v >= 0.01 else f"{value:.2g}"
+
+
+def seconds_ago_text(value: float) -> str:
+    """An x tick on a time axis: seconds before now, and `now` at 0."""
+    return "now" if abs(value) < 1e-9 else f"{-value:g}"
+
+
+def _y_range(spec: ChartSpec) -> tuple[float, float]:
+    ys = [y for s in spec.series for y in s.ys] + [lvl.y for lvl in spec.levels]
+    lo = spec.y_min if spec.y_min is not None else min(ys, default=0.0)
+    hi = spec.y_max if spec.y_max is not None else max(ys, default=1.0)
+    return lo, hi
+
+
+def _histogram(values: tuple[float, ...], bins: int) -> tuple[list[float], list[int], float]:
+    """(bin centres, counts, bin width) over the values' range."""
+    lo, hi = min(values), max(values)
+    width = (hi - lo) / bins if hi > lo else 1.0
+    counts = [0] * bins
+    for v in values:
+        counts[min(bins - 1, int((v - lo) / width)) if hi > lo else 0] += 1
+    return [lo + (i + 0.5) * width for i in range(bins)], counts, width
+
+
 def build_chart(spec: ChartSpec, width: int, height: int, colors: tuple[RGB, ...]) -> str:
-    """The chart as ANSI text, exactly `width` × `height` cells."""
+    """The chart as ANSI text, exactly `width` × `height` cells. Ticks are round numbers written plainly;
+    a time axis counts seconds back to `now`; a histogram draws no bar for an empty bin."""
     import plotext  # only once a detail screen opens: it costs ~7 MB that the main screen does not need
 
     fig = plotext.figure
     fig.clear()
+    y_count = max(3, min(6, height // 2))
+    x_count = max(2, min(7, width // 10))
     try:
         fig.plot_size(width, height)
         fig.theme("simple")
         fig.legend(active=False)  # the widget's title line names the series in their colours
         if spec.histogram:
+            centres, counts, bin_width = _histogram(spec.hist_values, spec.bins)
+            # Every bin, the empty ones at 0: plotext draws no bar for those (its own hist() filled the zero
+            # row, which read as data). `width` is a share of the bins' spacing.
             marker = plotext.marker("full", plotext.pixel(foreground=colors[0]))
-            fig.draw(fig.hist(list(spec.hist_values), bins=spec.bins, marker=marker))
+            fig.draw(fig.bar(centres, counts, width=0.9, marker=marker))
+            low, high = centres[0] - bin_width / 2, centres[-1] + bin_width / 2
+            x_ticks = nice_ticks(low, high, x_count)
+            fig.ruler("x").lim(min(low, x_ticks[0]), max(high, x_ticks[-1]))
+            fig.ruler("x").ticks(x_ticks, [tick_text(t) for t in x_ticks])
+            y_ticks = nice_ticks(0.0, max(counts), y_count, integer=True)
+            fig.ruler("y").lim(0.0, y_ticks[-1])
+            fig.ruler("y").ticks(y_ticks, [tick_text(t) for t in y_ticks])
         else:
             x_low = min((min(s.xs) for s in spec.series if s.xs), default=0.0)
             x_high = max((max(s.xs) for s in spec.series if s.xs), default=1.0)
+            if spec.time_x:
+                x_high = max(x_high, 0.0)  # the axis ends at now
             for s in spec.series:
                 if not s.xs:
                     continue
@@ -121,8 +198,16 @@ def build_chart(spec: ChartSpec, width: int, height: int, colors: tuple[RGB, ...
                 sig = fig.signal([x_low, x_high], [lvl.y, lvl.y], marker=marker)
                 sig.lines()
                 fig.draw(sig)
-            if spec.y_min is not None or spec.y_max is not None:
-                fig.ruler("y").lim(spec.y_min, spec.y_max)
+            y_low, y_high = _y_range(spec)
+            y_ticks = nice_ticks(y_low, y_high, y_count, integer=spec.integer_y)
+            y_ticks = [t for t in y_ticks if spec.y_max is None or t <= spec.y_max] or y_ticks
+            fig.ruler("y").lim(min(y_low, y_ticks[0]), max(y_high, y_ticks[-1]))
+            fig.ruler("y").ticks(y_ticks, [tick_text(t) for t in y_ticks])
+            x_ticks = [t for t in nice_ticks(x_low, x_high, x_count) if x_low - 1e-9 <= t <= x_high + 1e-9]
+            if x_high > x_low:
+                fig.ruler("x").lim(x_low, x_high)
+            if x_ticks:
+                fig.ruler("x").ticks(x_ticks, [seconds_ago_text(t) if spec.time_x else tick_text(t) for t in x_ticks])
         if spec.x_label:
             fig.label(spec.x_label)
         return fig.build().string()
@@ -173,16 +258,25 @@ class PlotView(Static):
             return
         self._key = key
         colors = palette.chart
-        title = Text(no_wrap=True, overflow="ellipsis")
-        title.append(spec.title, style="bold")
+        # The title's words and each legend entry are chunks: on a narrow chart they go on a second line
+        # rather than being cut (`━ p…` hid which line was the p99).
+        chunks = [Text(part, style="bold") for part in spec.title.split("  ")]
         for glyph, color, label in self.legend(spec):
-            title.append(f"  {glyph} ", style=_hex(colors[color % len(colors)]))
-            title.append(label)
-        if spec.empty or width < MIN_WIDTH or height - 1 < MIN_HEIGHT:
-            message = spec.empty_message if spec.empty else "(too small to draw: enlarge the terminal)"
-            self.update(Text("\n").join([title, Text(message, style=palette.muted)]), layout=False)
+            chunk = Text(f"{glyph} ", style=_hex(colors[color % len(colors)]))
+            chunk.append(label)
+            chunks.append(chunk)
+        title = pack_chunks([chunks], width)
+        rows = title.plain.count("\n") + 1
+        if not spec.empty and (width < MIN_WIDTH or height - rows < MIN_HEIGHT):
+            # no legend for a chart that is not drawn: its name and what to do, in the lines it has
+            short = pack_chunks([[Text(spec.title.split("  ")[0], style="bold"),
+                                  Text("(too small: enlarge the terminal)", style=palette.muted)]], width)
+            self.update(short, layout=False)
             return
-        plot = Text.from_ansi(self.plot(spec, width, height - 1, colors), no_wrap=True)
+        if spec.empty:
+            self.update(Text("\n").join([title, Text(spec.empty_message, style=palette.muted)]), layout=False)
+            return
+        plot = Text.from_ansi(self.plot(spec, width, height - rows, colors), no_wrap=True)
         self.update(Text("\n").join([title, plot]), layout=False)
 
 
@@ -214,7 +308,7 @@ def ttft_chart(view: EndpointView, now: float) -> ChartSpec:
         title="TTFT ms",
         series=(Series("per probe", _rel_times([s.wall_time for s in ok], now), tuple(s.ttft_ms for s in ok), 0),),
         levels=levels,
-        x_label="seconds before now",
+        x_label="seconds ago",
     )
 
 
@@ -228,7 +322,7 @@ def e2e_chart(view: EndpointView, now: float) -> ChartSpec:
         title="E2E ms",
         series=(Series("per probe", _rel_times([s.wall_time for s in ok], now), tuple(s.e2e_ms for s in ok), 1),),
         levels=levels,
-        x_label="seconds before now",
+        x_label="seconds ago",
     )
 
 
@@ -237,7 +331,8 @@ def itl_chart(view: EndpointView) -> ChartSpec:
     title = "ITL distribution (ms, probes pooled)"
     if view.itl_ms is not None:
         title += f"  p50 {fmt_ms(view.itl_ms.p50)}  p99 {fmt_ms(view.itl_ms.p99)}"
-    return ChartSpec(title=title, histogram=True, hist_values=gaps, bins=20, empty_message="no inter-token gaps yet")
+    return ChartSpec(title=title, histogram=True, hist_values=gaps, bins=20, x_label="ms between tokens; bars: gaps",
+                     empty_message="no inter-token gaps yet", time_x=False)
 
 
 def _decode_rate(sample) -> float | None:
@@ -257,7 +352,7 @@ def tokens_chart(view: EndpointView, now: float) -> ChartSpec:
         title=title,
         series=(Series("tokens/s", _rel_times([t for t, _ in pts], now), tuple(v for _, v in pts), 2),),
         y_min=0.0,
-        x_label="seconds before now",
+        x_label="seconds ago",
     )
 
 
@@ -272,7 +367,8 @@ def queue_chart(view: EndpointView, now: float) -> ChartSpec:
             Series("running", _rel_times([t for t, _ in running], now), tuple(v for _, v in running), 0),
         ),
         y_min=0.0,
-        x_label="seconds before now",
+        integer_y=True,
+        x_label="seconds ago",
         empty_message="the server exposes no queue metrics",
     )
 
@@ -284,7 +380,7 @@ def kv_chart(view: EndpointView, now: float) -> ChartSpec:
         series=(Series("KV %", _rel_times([t for t, _ in pts], now), tuple(v for _, v in pts), 1),),
         y_min=0.0,
         y_max=100.0,
-        x_label="seconds before now",
+        x_label="seconds ago",
         empty_message="the server exposes no KV-cache metric",
     )
 
@@ -297,7 +393,7 @@ def _range(view: EndpointView, key: str, now: float, color: int, label: str, sca
 def range_charts(view: EndpointView, now: float) -> dict[str, ChartSpec]:
     """The same six charts from a store's time series (the fleet view's Prometheus query_range): each
     point is a histogram_quantile over the chart's rate window, not a single probe."""
-    x = "seconds before now"
+    x = "seconds ago"
     return {
         "chart-ttft": ChartSpec("TTFT ms (Prometheus, histogram_quantile)",
                                 (_range(view, "ttft_p50_ms", now, 2, "p50"), _range(view, "ttft_p99_ms", now, 4, "p99")),
@@ -312,7 +408,8 @@ def range_charts(view: EndpointView, now: float) -> dict[str, ChartSpec]:
                                                                             "tokens/s"),), y_min=0.0, x_label=x),
         "chart-queue": ChartSpec("server queue", (_range(view, "requests_waiting", now, 3, "waiting"),
                                                   _range(view, "requests_running", now, 0, "running")),
-                                 y_min=0.0, x_label=x, empty_message="the server exposes no queue metrics"),
+                                 y_min=0.0, x_label=x, empty_message="the server exposes no queue metrics",
+                                 integer_y=True),
         "chart-kv": ChartSpec("KV cache used %", (_range(view, "kv_cache_usage", now, 1, "KV %", 100.0),),
                               y_min=0.0, y_max=100.0, x_label=x, empty_message="the server exposes no KV-cache metric"),
     }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from textual.binding import Binding
 
@@ -127,24 +127,27 @@ class Column:
     agent_only: bool = False  # shown only when an endpoint in the table has the agent-step probe
 
 
+# Priorities: what a user asks first stays on an 80-column terminal (status, TTFT, tok/s, errors, then the
+# server's queue and KV cache, which say why); agent steps (only when an endpoint runs them) next; then
+# E2E, ITL, and the rest as the width allows. The name column takes some of the width left over.
 COLUMNS: tuple[Column, ...] = (
     Column("status", "", 1, 1, _status),
-    Column("name", "Endpoint", 18, 1, _name),
-    Column("model", "Model", 20, 7, lambda v, t: Cell(v.model or UNKNOWN, "ok" if v.model else "unknown", False)),
-    Column("kind", "Server", 8, 5, lambda v, t: Cell(v.server_kind, "ok", False)),
+    Column("name", "Endpoint", 14, 1, _name),
+    Column("model", "Model", 20, 8, lambda v, t: Cell(v.model or UNKNOWN, "ok" if v.model else "unknown", False)),
+    Column("kind", "Server", 8, 6, lambda v, t: Cell(v.server_kind, "ok", False)),
     Column("ttft50", "TTFT50", 6, 1, lambda v, t: _ms_cell(_p(v.ttft_ms, "p50"), "ttft_p50_ms", t)),
     Column("ttft99", "TTFT99", 6, 1, lambda v, t: _ms_cell(_p(v.ttft_ms, "p99"), "ttft_p99_ms", t)),
-    Column("gap", "Gap", 6, 6, lambda v, t: Cell(gap_text(v), "ok" if ttft_gap_ms(v) is not None else "unknown")),
-    Column("itl", "ITL50", 5, 4, lambda v, t: _ms_cell(_p(v.itl_ms, "p50"), "itl_p50_ms", t)),
-    Column("tpot", "TPOT50", 6, 8, lambda v, t: _ms_cell(_p(v.tpot_ms, "p50"), "tpot_p50_ms", t)),
+    Column("gap", "Gap", 6, 7, lambda v, t: Cell(gap_text(v), "ok" if ttft_gap_ms(v) is not None else "unknown")),
+    Column("itl", "ITL50", 5, 5, lambda v, t: _ms_cell(_p(v.itl_ms, "p50"), "itl_p50_ms", t)),
+    Column("tpot", "TPOT50", 6, 9, lambda v, t: _ms_cell(_p(v.tpot_ms, "p50"), "tpot_p50_ms", t)),
     Column("tps", "tok/s", 5, 1, lambda v, t: Cell(fmt_rate(_p(v.output_tokens_per_s, "p50")), "ok" if v.output_tokens_per_s else "unknown")),
-    Column("e2e", "E2E99", 6, 3, lambda v, t: _ms_cell(_p(v.e2e_ms, "p99"), "e2e_p99_ms", t)),
-    Column("step", "Step50/95", 9, 1, lambda v, t: Cell(*step_cell(v)), agent_only=True),
+    Column("e2e", "E2E99", 6, 4, lambda v, t: _ms_cell(_p(v.e2e_ms, "p99"), "e2e_p99_ms", t)),
+    Column("step", "Step50/95", 9, 3, lambda v, t: Cell(*step_cell(v)), agent_only=True),
     Column("err", "Err%", 4, 1, lambda v, t: Cell(fmt_pct(error_pct(v)), level(error_pct(v), "error_pct", t))),
     Column("queue", "Q w/r", 7, 2, _queue),
     Column("kv", "KV", 4, 2, _kv),
-    Column("trend", "TTFT trend", 12, 5, lambda v, t: Cell(spark_text(ttft_trend(v), 12), "ok", False)),
-    Column("last_error", "Last error", 16, 6, lambda v, t: Cell(v.last_error or "", "critical" if v.last_error else "ok", False), True),
+    Column("trend", "TTFT trend", 12, 6, lambda v, t: Cell(spark_text(ttft_trend(v), 12), "ok", False)),
+    Column("last_error", "Last error", 16, 7, lambda v, t: Cell(v.last_error or "", "critical" if v.last_error else "ok", False), True),
 )
 
 
@@ -195,34 +198,52 @@ SORT_KEYS: tuple[tuple[str, str], ...] = (
     ("tps", "tok/s"),
     ("worst", "worst first"),
 )
+# The column each sort orders by (its header shows the direction), and the sorts whose natural order puts
+# the largest value first (▼); the others go from the smallest (▲, names A to Z).
+SORT_COLUMN = {"name": "name", "status": "status", "ttft": "ttft99", "errors": "err", "queue": "queue", "tps": "tps"}
+DESCENDING = frozenset({"ttft", "errors", "queue", "worst"})
 
 
-def sort_views(views: Sequence[EndpointView], key: str) -> list[EndpointView]:
-    """Order rows by a SORT_KEYS key; unknown values go last, ties by name."""
-    big = float("inf")
+def sort_arrow(key: str, reverse: bool) -> str:
+    """▼ when the rows go from the largest value down, ▲ from the smallest up."""
+    return "▼" if (key in DESCENDING) != reverse else "▲"
 
-    def keyfunc(v: EndpointView) -> tuple:
-        if key == "status":
-            return (STATUS_RANK.get(v.status, 9), v.name)
-        if key == "ttft":
-            p99 = _p(v.ttft_ms, "p99")
-            return (-(p99 if p99 is not None else -big), v.name)
-        if key == "errors":
-            e = error_pct(v)
-            return (-(e if e is not None else -big), v.name)
-        if key == "queue":
-            w = _server_value(v, "requests_waiting")
-            return (-(w if w is not None else -big), v.name)
-        if key == "tps":
-            p50 = _p(v.output_tokens_per_s, "p50")
-            return (p50 if p50 is not None else big, v.name)
-        if key == "worst":  # down, then degraded; then the most errors; then the slowest TTFT p99
-            e = error_pct(v)
-            p99 = _p(v.ttft_ms, "p99")
-            return (STATUS_RANK.get(v.status, 9), -(e or 0.0), -(p99 if p99 is not None else -big), v.key)
-        return (v.name, v.key)
 
-    return sorted(views, key=keyfunc)
+def sort_label(key: str, reverse: bool) -> str:
+    """The sort as the panel's title says it: `TTFT p99 ▼`, `name ▲`, `worst first ▲` (inverted)."""
+    return f"{dict(SORT_KEYS).get(key, key)} {sort_arrow(key, reverse)}"
+
+
+def _sort_value(v: EndpointView, key: str):
+    """What a sort orders by, None when unknown (those go last, in either direction)."""
+    if key == "status":
+        return STATUS_RANK.get(v.status, 9)
+    if key == "ttft":
+        p99 = _p(v.ttft_ms, "p99")
+        return None if p99 is None else -p99
+    if key == "errors":
+        e = error_pct(v)
+        return None if e is None else -e
+    if key == "queue":
+        w = _server_value(v, "requests_waiting")
+        return None if w is None else -w
+    if key == "tps":
+        return _p(v.output_tokens_per_s, "p50")
+    if key == "worst":  # down, then degraded; then the most errors; then the slowest TTFT p99
+        e = error_pct(v)
+        p99 = _p(v.ttft_ms, "p99")
+        return (STATUS_RANK.get(v.status, 9), -(e or 0.0), -(p99 if p99 is not None else -float("inf")))
+    return v.name
+
+
+def sort_views(views: Sequence[EndpointView], key: str, *, reverse: bool = False) -> list[EndpointView]:
+    """Order rows by a SORT_KEYS key (`reverse`: the other way round); unknown values go last either way,
+    ties by name."""
+    valued = [(_sort_value(v, key), v) for v in views]
+    known = sorted(((value, v.name, v.key, v) for value, v in valued if value is not None),
+                   key=lambda item: item[:3], reverse=reverse)
+    unknown = sorted((v for value, v in valued if value is None), key=lambda v: (v.name, v.key))
+    return [item[3] for item in known] + unknown
 
 
 def filter_views(views: Sequence[EndpointView], text: str) -> list[EndpointView]:
@@ -252,25 +273,37 @@ class EndpointsTable(RowTable):
         """Endpoint keys in display order (after filter and sort)."""
         return self.row_keys
 
-    def show(self, views: Sequence[EndpointView], thresholds: Thresholds, palette: Palette) -> None:
-        """Display `views` (already filtered and sorted)."""
+    def show(self, views: Sequence[EndpointView], thresholds: Thresholds, palette: Palette,
+             sort: tuple[str, bool] | None = None) -> None:
+        """Display `views` (already filtered and sorted); `sort` (key, reversed) marks its column's header."""
         seen: set[str] = set()
         # Rows are keyed by name (host/name across hosts): a duplicate (a config mistake) would make two rows
         # one; show the first.
         views = [v for v in views if not (v.key in seen or seen.add(v.key))]
         width = max(0, self.size.width or self.app.size.width) - 2  # room for a scrollbar
         columns = columns_for_width(width, columns_for(views), agent=any(v.agent is not None for v in views))
-        # The width left over goes to the last error, or to the name when the error is not shown.
-        flexible = [c for c in columns if c.flexible] or [c for c in columns if c.key == "name"]
+        if sort is not None:  # the sorted column's header carries the direction: `TTFT99▼`
+            marked = SORT_COLUMN.get(sort[0])
+            arrow = sort_arrow(*sort)
+            columns = tuple(replace(c, label=c.label + arrow, width=max(c.width, len(c.label) + 1))
+                            if c.key == marked else c for c in columns)
+        # The width left over goes first to names longer than the name column (up to 14 more cells), then
+        # to the last error, or to the name when the error is not shown.
+        rows_cells = [[c.cell(v, thresholds) for c in columns] for v in views]
+        name_index = [c.key for c in columns].index("name")
+        name_col = columns[name_index]
+        longest = max((len(cells[name_index].text) for cells in rows_cells), default=0)
         fixed = sum(c.width + COLUMN_PADDING for c in columns)
         extra = max(0, width - fixed)
-        flex_width = {c.key: c.width + (extra if c.flexible else min(extra, 14)) for c in flexible}
+        grow = min(extra, 14, max(0, longest - name_col.width))
+        extra -= grow
+        flexible = [c for c in columns if c.flexible] or [name_col]
+        flex_width = {c.key: c.width + (extra if c.flexible else min(extra, 14 - grow)) for c in flexible}
+        flex_width["name"] = flex_width.get("name", name_col.width) + grow
         table_columns = tuple(TableColumn(c.key, c.label, flex_width.get(c.key, c.width)) for c in columns)
         rows = []
-        for v in views:
-            cells = []
-            for c in columns:
-                cell = c.cell(v, thresholds)
-                cells.append(TableCell(cell.text, palette.for_level(cell.level) if cell.level != "ok" else None, cell.right))
+        for v, row in zip(views, rows_cells):
+            cells = [TableCell(cell.text, palette.for_level(cell.level) if cell.level != "ok" else None, cell.right)
+                     for cell in row]
             rows.append((v.key, cells))
         self.set_table(table_columns, rows)

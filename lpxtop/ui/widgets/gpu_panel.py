@@ -45,7 +45,8 @@ def energy_by_device(endpoints: Sequence[EndpointView]) -> dict[str, float]:
 
 
 def _device_lines(dev: GpuDevice, width: int, thresholds: Mapping[str, tuple[float, float]], palette: Palette,
-                  indent: str = "", energy: Mapping[str, float] | None = None) -> list[Text]:
+                  indent: str = "", energy: Mapping[str, float] | None = None,
+                  served: Mapping[str, tuple[str, ...]] | None = None) -> list[Text]:
     lines: list[Text] = []
     head = Text(no_wrap=True, overflow="ellipsis")
     label = getattr(dev, "label", f"GPU {dev.index}")
@@ -95,8 +96,8 @@ def _device_lines(dev: GpuDevice, width: int, thresholds: Mapping[str, tuple[flo
         line.append(f"{fmt_bytes(proc.used_bytes):>6} ")
         who = " ".join(x for x in (user, proc.name or "?") if x)
         line.append(who)
-        if endpoint:
-            line.append(f" → {endpoint}", style=palette.accent)
+        if endpoint:  # every endpoint its server serves, not only the first
+            line.append(f" → {', '.join((served or {}).get(endpoint, (endpoint,)))}", style=palette.accent)
         lines.append(line)
     if len(procs) > MAX_PROCESSES:
         rest = sum(p.used_bytes or 0 for p in procs[MAX_PROCESSES:])
@@ -104,13 +105,55 @@ def _device_lines(dev: GpuDevice, width: int, thresholds: Mapping[str, tuple[flo
     for note in getattr(dev, "notes", ()):
         lines.append(Text(indent + "  " + note, style=palette.muted, no_wrap=True, overflow="ellipsis"))
     for mig in getattr(dev, "mig_devices", ()):
-        lines.extend(_device_lines(mig, width, thresholds, palette, indent + "  "))
+        lines.extend(_device_lines(mig, width, thresholds, palette, indent + "  ", energy=energy, served=served))
     return lines
 
 
+def no_gpu(gpu: GpuSnapshot) -> bool:
+    """Nothing to show but why: no device read (no driver, no permission, no GPU). The screens then give
+    the panel's room to the others and say why on one line (`GpuLine`)."""
+    return gpu.status != "ok" and not gpu.devices and not gpu.simulated
+
+
+HIDE_HINT = "  (2 hides this line)"
+
+
+def render_gpu_line(gpu: GpuSnapshot, palette: Palette, width: int = 200) -> Text:
+    """The one line that stands for the GPU panel when there is no GPU to show: why, never cut (a reason
+    longer than the line wraps), and how to hide it when that fits too."""
+    text = Text()
+    text.append("GPU ", style="bold")
+    text.append(gpu.status, style=palette.muted)
+    if text.cell_len + len(HIDE_HINT) <= width:
+        text.append(HIDE_HINT, style=palette.muted)
+    return text
+
+
+class GpuLine(Static):
+    """Why there is no GPU panel, across the screen's width; redrawn only when the reason changes."""
+
+    DEFAULT_CSS = """
+    GpuLine { height: auto; max-height: 3; padding: 0 1; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("", **kwargs)
+        self._key: tuple | None = None
+
+    def show(self, gpu: GpuSnapshot, palette: Palette, *, force: bool = False) -> None:
+        width = self.content_size.width or self.app.size.width - 2
+        key = (gpu.status, id(palette), width)
+        if key != self._key or force:
+            self._key = key
+            self.update(render_gpu_line(gpu, palette, width))
+
+
 def render_gpu(gpu: GpuSnapshot, width: int, thresholds: Mapping[str, tuple[float, float]], palette: Palette,
+               served: Mapping[str, tuple[str, ...]] | None = None,
                energy: Mapping[str, float] | None = None) -> Text:
-    """The panel's text for a content area `width` cells wide; `energy`: energy_by_device's J/token."""
+    """The panel's text for a content area `width` cells wide; `energy`: energy_by_device's J/token.
+    `served`: each endpoint's name -> every
+    endpoint its server process serves (a process line names them all)."""
     if gpu.status != "ok" and not gpu.devices:
         return Text(f"GPU: {gpu.status}", style=palette.muted, no_wrap=True, overflow="ellipsis")
     lines: list[Text] = []
@@ -119,7 +162,7 @@ def render_gpu(gpu: GpuSnapshot, width: int, thresholds: Mapping[str, tuple[floa
     if gpu.status != "ok":
         lines.append(Text(gpu.status, style=palette.warning, no_wrap=True, overflow="ellipsis"))
     for dev in gpu.devices:
-        lines.extend(_device_lines(dev, width, thresholds, palette, energy=energy))
+        lines.extend(_device_lines(dev, width, thresholds, palette, energy=energy, served=served))
     if not gpu.devices:
         lines.append(Text("no GPU found", style=palette.muted))
     return join_lines(lines)
@@ -133,14 +176,15 @@ class GpuPanel(Static):
         self._key: tuple | None = None
 
     def show(self, gpu: GpuSnapshot, thresholds: Mapping[str, tuple[float, float]], palette: Palette,
-             *, force: bool = False, energy: Mapping[str, float] | None = None) -> None:
+             *, force: bool = False, served: Mapping[str, tuple[str, ...]] | None = None,
+             energy: Mapping[str, float] | None = None) -> None:
         width = self.content_size.width or 40
         rounded = tuple(sorted((k, round(v, 2)) for k, v in (energy or {}).items()))
-        key = (gpu, width, id(palette), rounded)
+        key = (gpu, width, id(palette), tuple(sorted((served or {}).items())), rounded)
         if key == self._key and not force:
             return
         self._key = key
         subtitle = "Simulated GPU (demo)" if gpu.simulated else (getattr(gpu, "driver_version", None) or "")
         if self.border_subtitle != subtitle:  # setting it, even to the same text, repaints the whole panel
             self.border_subtitle = subtitle
-        self.update(render_gpu(gpu, width, thresholds, palette, energy), layout=False)  # the panel's size is set by CSS
+        self.update(render_gpu(gpu, width, thresholds, palette, served, energy), layout=False)  # the panel's size is set by CSS

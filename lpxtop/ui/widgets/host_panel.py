@@ -51,8 +51,9 @@ def render_host_compact(host: HostSnapshot, width: int, thresholds: Mapping[str,
 
 
 def render_host(host: HostSnapshot | None, width: int, thresholds: Mapping[str, tuple[float, float]],
-                palette: Palette, height: int = 5) -> Text:
-    """The panel's text for a content area `width` × `height` (5 lines, or 3 when short)."""
+                palette: Palette, height: int = 5, served: Mapping[str, tuple[str, ...]] | None = None) -> Text:
+    """The panel's text for a content area `width` × `height` (5 lines, or 3 when short). `served`: each
+    endpoint's name -> every endpoint its server process serves (a server's line names them all)."""
     if host is None:
         return Text("host: not collected yet", style=palette.muted)
     if height < 5:
@@ -94,7 +95,8 @@ def render_host(host: HostSnapshot | None, width: int, thresholds: Mapping[str, 
         lines.append(head)
         for proc in list(procs)[:room]:
             line = Text()
-            line.append(f"  {getattr(proc, 'endpoint', '?')} ")
+            endpoint = getattr(proc, "endpoint", None) or "?"
+            line.append(f"  {', '.join((served or {}).get(endpoint, (endpoint,)))} ")
             line.append(f"{getattr(proc, 'pid', '?')} ", style=palette.muted)
             status = getattr(proc, "status", "ok")
             if status != "ok":
@@ -117,15 +119,15 @@ class HostPanel(Static):
         self._key: tuple | None = None
 
     def show(self, host: HostSnapshot | None, thresholds: Mapping[str, tuple[float, float]], palette: Palette,
-             *, force: bool = False) -> None:
+             *, force: bool = False, served: Mapping[str, tuple[str, ...]] | None = None) -> None:
         width = self.content_size.width or 38
         # Tall screens size the panel to its content: ask for room for every server process.
         tall = self.screen.has_class("-tall")
         height = 7 + len(getattr(host, "processes", ()) or ()) if tall else (self.content_size.height or 5)
-        key = (host, width, height, id(palette))
+        key = (host, width, height, id(palette), tuple(sorted((served or {}).items())))
         if key == self._key and not force:
             return
         # a new layout only when the number of lines changes (a server process came or went)
         relayout = tall and (force or self._key is None or self._key[2] != height)
         self._key = key
-        self.update(render_host(host, width, thresholds, palette, height), layout=relayout)
+        self.update(render_host(host, width, thresholds, palette, height, served), layout=relayout)

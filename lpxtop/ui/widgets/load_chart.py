@@ -15,7 +15,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 
 from lpxtop.model.load import LoadState, StepResult, level_unit
-from lpxtop.ui.widgets.charts import RGB, PlotView
+from lpxtop.ui.widgets.charts import RGB, PlotView, nice_ticks, tick_text
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class SweepSpec:
     left_unit: str = ""
     right_unit: str = ""
     empty_message: str = "one point per finished step"
+    integer_x: bool = True  # the load is a whole number (concurrency, tokens); a request rate is not
 
     @property
     def empty(self) -> bool:
@@ -67,6 +68,7 @@ def sweep_specs(state: LoadState) -> tuple[SweepSpec, SweepSpec]:
     if cap is not None and cap.level is not None:
         marks.append(Mark("capacity", cap.level, 2))
     x_label = level_unit(state.mode)
+    integer_x = state.mode != "rate"
     latency = SweepSpec(
         title="latency ms",
         lines=(
@@ -79,6 +81,7 @@ def sweep_specs(state: LoadState) -> tuple[SweepSpec, SweepSpec]:
         x_label=x_label,
         left_unit="ms",
         right_unit="s",
+        integer_x=integer_x,
     )
     throughput = SweepSpec(
         title="throughput",
@@ -90,6 +93,7 @@ def sweep_specs(state: LoadState) -> tuple[SweepSpec, SweepSpec]:
         x_label=x_label,
         left_unit="tok/s",
         right_unit="req/s",
+        integer_x=integer_x,
     )
     return latency, throughput
 
@@ -122,9 +126,11 @@ def build_sweep(spec: SweepSpec, width: int, height: int, colors: tuple[RGB, ...
                 stroke = fig.signal([line.xs[0] - half, line.xs[0] + half], [line.ys[0]] * 2, marker=marker, yside=side)
                 stroke.lines()
                 fig.draw(stroke)
-        for right, (a, b) in spans.items():  # plain tick labels: plotext writes 2200 as "2.2e3"
-            ticks = _ticks(a, b, max(2, min(5, height // 3)))
-            fig.ruler("y", side="right" if right else "left").ticks(ticks, [_tick_text(t) for t in ticks])
+        for right, (a, b) in spans.items():  # round ticks, plain labels: plotext writes 2200 as "2.2e3"
+            ticks = nice_ticks(a, b, max(3, min(5, height // 2)))
+            ruler = fig.ruler("y", side="right" if right else "left")
+            ruler.lim(min(a, ticks[0]), max(b, ticks[-1]))
+            ruler.ticks(ticks, [tick_text(t) for t in ticks])
         lo, hi = spans.get(False, spans.get(True, (0.0, 1.0)))
         for mark in spec.marks:
             if not x_low <= mark.x <= x_high:
@@ -134,34 +140,17 @@ def build_sweep(spec: SweepSpec, width: int, height: int, colors: tuple[RGB, ...
             sig.lines()
             fig.draw(sig)
         levels = sorted(set(xs))
-        if 1 < len(levels) <= max(2, width // 8):  # ticks at the steps' loads, when they fit
+        if levels and len(levels) <= max(2, width // 8):  # ticks at the steps' loads, when they fit
             fig.ruler("x").ticks(levels, [f"{v:g}" for v in levels])
+        elif levels:  # too many steps to label each: round ticks (whole numbers for a concurrency)
+            ticks = [t for t in nice_ticks(x_low, x_high, max(2, width // 10), integer=spec.integer_x)
+                     if x_low <= t <= x_high]
+            fig.ruler("x").ticks(ticks, [tick_text(t) for t in ticks])
         if spec.x_label:
             fig.label(spec.x_label)
         return fig.build().string()
     finally:
         fig.clear()
-
-
-def _ticks(lo: float, hi: float, count: int) -> list[float]:
-    if hi <= lo:
-        return [lo]
-    step = (hi - lo) / (count - 1)
-    return [lo + i * step for i in range(count)]
-
-
-def _tick_text(value: float) -> str:
-    """At most 5 characters: 0.12, 3.4, 45.6, 1234, 12.3k."""
-    v = abs(value)
-    if v >= 99_950:
-        return f"{value / 1000:.0f}k"
-    if v >= 10_000:
-        return f"{value / 1000:.1f}k"
-    if v >= 100:
-        return f"{value:.0f}"
-    if v >= 10:
-        return f"{value:.1f}"
-    return f"{value:.2f}"
 
 
 class SweepChart(PlotView):

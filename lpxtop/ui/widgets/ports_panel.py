@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
+from lpxtop.engine.procinfo import display_command, short_command
 from lpxtop.model.ports import LeftoverProcess, PortStatus
 from lpxtop.ui.formatting import UNKNOWN
 from lpxtop.ui.palette import Palette
@@ -35,19 +36,56 @@ class ProcessRow:
     detail: str
 
 
+def endpoints_by_process(ports: Sequence[PortStatus]) -> dict[str, tuple[str, ...]]:
+    """Each endpoint's name -> every endpoint served by the same process (itself included), in port order:
+    one process may serve several endpoints (several ports, or several models behind one port)."""
+    by_pid: dict[int, list[str]] = {}
+    for p in ports:
+        if p.pid is not None and p.endpoint and p.endpoint not in by_pid.setdefault(p.pid, []):
+            by_pid[p.pid].append(p.endpoint)
+    return {name: tuple(names) for names in by_pid.values() for name in names}
+
+
+def _group_ok(ports: Sequence[PortStatus]) -> list[list[PortStatus]]:
+    """Ports in the engine's order, those that one process holds without trouble ("ok") as one group."""
+    groups: list[list[PortStatus]] = []
+    by_pid: dict[int, list[PortStatus]] = {}
+    for p in ports:
+        if p.status == "ok" and p.pid is not None:
+            if p.pid in by_pid:
+                by_pid[p.pid].append(p)
+                continue
+            by_pid[p.pid] = [p]
+            groups.append(by_pid[p.pid])
+        else:
+            groups.append([p])
+    return groups
+
+
+def _group_detail(group: Sequence[PortStatus]) -> str:
+    """The port's explanation; for a process serving several endpoints, all of them with their ports."""
+    first = group[0]
+    if len(group) == 1:
+        return first.detail
+    served = ", ".join(f"{p.endpoint or '?'} :{p.port}" for p in group)
+    what = short_command(first.cmdline or first.process or "?", 60)
+    return f"PID {first.pid} ({what}) serves {len(group)} endpoints: {served}"
+
+
 def rows_from(ports: Sequence[PortStatus], leftovers: Sequence[LeftoverProcess]) -> list[ProcessRow]:
-    """Ports first (in the engine's order), then leftovers."""
+    """Ports first (in the engine's order; a process serving several endpoints once, `8000+2`), then
+    leftovers. The command is what runs (`display_command`), not the interpreter's path."""
     rows = [
         ProcessRow(
-            key=f"port:{p.port}",
-            port=str(p.port),
-            state=p.status,
-            pid=p.pid,
-            user=getattr(p, "user", None),
-            command=p.cmdline or p.process or (p.endpoint or ""),
-            detail=p.detail,
+            key=f"port:{group[0].port}",
+            port=str(group[0].port) + (f"+{len(group) - 1}" if len(group) > 1 else ""),
+            state=group[0].status,
+            pid=group[0].pid,
+            user=getattr(group[0], "user", None),
+            command=display_command(group[0].cmdline or "") or group[0].process or (group[0].endpoint or ""),
+            detail=_group_detail(group),
         )
-        for p in ports
+        for group in _group_ok(ports)
     ]
     rows.extend(
         ProcessRow(
@@ -56,7 +94,7 @@ def rows_from(ports: Sequence[PortStatus], leftovers: Sequence[LeftoverProcess])
             state="zombie" if getattr(lp, "zombie", False) else "leftover",
             pid=lp.pid,
             user=lp.user,
-            command=lp.cmdline or lp.name,
+            command=display_command(lp.cmdline) or lp.name,
             detail=lp.reason,
         )
         for lp in leftovers
@@ -64,7 +102,7 @@ def rows_from(ports: Sequence[PortStatus], leftovers: Sequence[LeftoverProcess])
     return rows
 
 
-COLUMNS = (("port", "Port", 5), ("state", "State", 8), ("pid", "PID", 7), ("command", "Command", 0))
+COLUMNS = (("port", "Port", 4), ("state", "State", 5), ("pid", "PID", 3), ("command", "Command", 0))
 SHORT_STATES = {"model_mismatch": "model≠", "unknown_owner": "unknown", "restarted": "restart"}
 
 
@@ -98,16 +136,25 @@ class PortsPanel(Vertical):
         rows = rows_from(ports, leftovers)
         # What the table shows: a listener's CPU, memory or age changes every scan, and only the detail
         # line under the table shows them, so only the detail line is redrawn for those.
-        key = (tuple((r.key, r.port, r.state, r.pid, r.command) for r in rows), width, id(palette))
+        key = (tuple((r.key, r.port, r.state, r.pid, r.command) for r in rows), width, self.table.size.height,
+               id(palette))
         if key == self._key and not force:
             self._rows = rows
             self._show_detail(palette)
             return
         self._key = key
-        # Leave room for the command's padding and a vertical scrollbar, so no horizontal one appears.
-        command_width = max(8, width - sum(w + COLUMN_PADDING for _, _, w in COLUMNS[:-1]) - COLUMN_PADDING - 2)
+        # Columns as wide as what they hold (a grouped port `8000+2`, a 7-digit PID), the rest for the
+        # command; leave room for the command's padding and a vertical scrollbar, so no horizontal one appears.
+        widths = {key_: w for key_, _, w in COLUMNS}
+        widths["port"] = max([widths["port"], *(len(r.port) for r in rows)])
+        widths["state"] = max([widths["state"], *(len(SHORT_STATES.get(r.state, r.state)) for r in rows)])
+        widths["pid"] = max([widths["pid"], *(len(str(r.pid)) for r in rows if r.pid is not None)])
+        height = self.table.size.height
+        scrollbar = 2 if not height or len(rows) + 1 > height else 0
+        command_width = max(8, width - sum(widths[k] + COLUMN_PADDING for k, _, _ in COLUMNS[:-1]) - COLUMN_PADDING
+                            - scrollbar)
         self.table.set_table(
-            [TableColumn(key_, label, w or command_width) for key_, label, w in COLUMNS],
+            [TableColumn(key_, label, widths[key_] or command_width) for key_, label, _ in COLUMNS],
             [
                 (
                     r.key,
@@ -115,7 +162,7 @@ class PortsPanel(Vertical):
                         TableCell(r.port, right=True),
                         TableCell(SHORT_STATES.get(r.state, r.state), palette.for_level(STATE_LEVEL.get(r.state, "warning"))),
                         TableCell(str(r.pid) if r.pid is not None else UNKNOWN, right=True),
-                        TableCell(r.command or UNKNOWN),
+                        TableCell(_fit_command(r.command, command_width) or UNKNOWN),
                     ),
                 )
                 for r in rows
@@ -147,6 +194,14 @@ class PortsPanel(Vertical):
         palette = getattr(self.app, "palette", None)
         if palette is not None:
             self._show_detail(palette)
+
+
+def _fit_command(command: str, width: int) -> str:
+    """A narrow column (an 80-column terminal) names the module a `python -m` runs, without the prefix:
+    `vllm.entrypoints…` says more in 9 cells than `python -…`."""
+    if width < 24 and command.startswith("python -m "):
+        return command.removeprefix("python -m ")
+    return command
 
 
 def _rows_needed(text: Text, width: int) -> int:
