@@ -28,6 +28,7 @@ from lpxtop.config import (
     parse_probes,
     settle_agent_settings,
 )
+from lpxtop.durations import DurationError, parse_duration
 from lpxtop.jsonout import dumps
 
 # Subcommands whose code lives in a package of its own: module -> `build_parser(command)` and
@@ -73,7 +74,20 @@ def _number(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
-_seconds = _number(MIN_SECONDS, MAX_SECONDS)
+def duration_between(low: float, high: float, *, bare_unit: float = 1.0) -> Callable[[str], float]:
+    """An argparse type: a duration (`500ms`, `30s`, `2m`, `1h` or a plain number in `bare_unit` seconds)
+    between `low` and `high` seconds, as lpxtop.durations reads it; in seconds."""
+
+    def parse(text: str) -> float:
+        try:
+            return parse_duration(text, low=low, high=high, bare_unit=bare_unit)
+        except DurationError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+_seconds = duration_between(MIN_SECONDS, MAX_SECONDS)
 
 
 def _positive_float(text: str) -> float:
@@ -127,17 +141,17 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
                    "/v1/chat-messages, with agent steps (the key from --api-key-env)")
     g.add_argument("--api-key-env", metavar="VAR",
                    help="environment variable that holds the API key (the key itself is never shown or saved)")
-    g.add_argument("-i", "--interval", type=_seconds, metavar="SECONDS",
-                   help="mean seconds between probes of one endpoint; each gap is random (exponential) so probes "
-                   "see the server's time average, never its rhythm (default 2; once: 0.2)")
+    g.add_argument("-i", "--interval", type=_seconds, metavar="DURATION",
+                   help="mean time between probes of one endpoint; each gap is random (exponential) so probes "
+                   "see the server's time average, never its rhythm (default 2s; once: 200ms)")
     g.add_argument("--max-tokens", type=_positive_int, metavar="N", help="tokens to ask for per probe (default 16)")
     g.add_argument("--prompt", help="probe prompt (a random prefix is added unless --no-random-prefix)")
     g.add_argument("--no-random-prefix", action="store_true",
                    help="send the prompt as is (prefix caching may then hide prefill time)")
-    g.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="whole-request timeout (default 30)")
-    g.add_argument("--first-token-timeout", type=_seconds, metavar="SECONDS",
-                   help="give up when no token arrives within this time (default 15)")
-    g.add_argument("--connect-timeout", type=_seconds, metavar="SECONDS", help="connect timeout (default 5)")
+    g.add_argument("--timeout", type=_seconds, metavar="DURATION", help="whole-request timeout (default 30s)")
+    g.add_argument("--first-token-timeout", type=_seconds, metavar="DURATION",
+                   help="give up when no token arrives within this time (default 15s)")
+    g.add_argument("--connect-timeout", type=_seconds, metavar="DURATION", help="connect timeout (default 5s)")
     g.add_argument("--metrics-url", metavar="URL",
                    help="Prometheus /metrics URL when not on the endpoint's own host:port (e.g. Triton's :8002)")
     g.add_argument("--no-metrics", action="store_true", help="do not scrape the servers' /metrics")
@@ -161,8 +175,8 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     a.add_argument("--chain-steps", type=_chain_steps, metavar="N",
                    help="steps in the chain whose p50/p95 budget is shown (default 5)")
     w = parser.add_argument_group("statistics")
-    w.add_argument("--window", type=_number(1.0, 86_400.0), metavar="SECONDS",
-                   help="rolling window for percentiles (default 300)")
+    w.add_argument("--window", type=duration_between(1.0, 86_400.0), metavar="DURATION",
+                   help="rolling window for percentiles (default 5m)")
     w.add_argument("--max-samples", type=_positive_int, metavar="N", help="samples kept per endpoint (default 300)")
     w.add_argument("--include-client-limited", action="store_true", default=None,
                    help="count probes during which lpxtop itself was late (its loop or its wait for a CPU; "
@@ -177,14 +191,18 @@ def _add_alert_flags(parser: argparse.ArgumentParser) -> None:
         return
     g = parser.add_argument_group("alert thresholds (also [alerts] in the config file)")
     for flag, attr, help_text in THRESHOLD_FLAGS:
-        g.add_argument(flag, dest=f"alert_{attr}", type=_finite, metavar="N", help=help_text)
+        if attr.endswith("_s"):  # a time: 60s, 5m
+            g.add_argument(flag, dest=f"alert_{attr}", type=duration_between(0.0, 1e9), metavar="DURATION",
+                           help=help_text)
+        else:
+            g.add_argument(flag, dest=f"alert_{attr}", type=_finite, metavar="N", help=help_text)
 
 
 def _add_ui_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("display")
     g.add_argument("--theme", help="colour theme (lpxtop-dark, lpxtop-light, high-contrast, ...; `t` cycles)")
-    g.add_argument("--refresh", type=_number(0.1, 60.0), metavar="SECONDS",
-                   help="screen refresh period (default 2, as nvitop)")
+    g.add_argument("--refresh", type=duration_between(0.1, 60.0), metavar="DURATION",
+                   help="screen refresh period (default 2s, as nvitop)")
     g.add_argument("--readonly", action="store_true", help="disable every process action (T/K)")
     g.add_argument("--export", metavar="HOST:PORT",
                    help="also serve /metrics and /probe for Prometheus there, as `lpxtop exporter` does "
@@ -242,9 +260,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         parser.add_argument("-n", "--samples", type=_positive_int, default=3, metavar="N",
                             help="probes per endpoint (default 3)")
         parser.add_argument("--json", action="store_true", help="print JSON (schema 1, see the README)")
-        parser.add_argument("--deadline", type=_number(0.1, 86_400.0), default=120.0, metavar="SECONDS",
+        parser.add_argument("--deadline", type=duration_between(0.1, 86_400.0), default=120.0, metavar="DURATION",
                             help="end within this long in all, discovery included, and report what was "
-                            "measured by then (default 120)")
+                            "measured by then (default 2m)")
         parser.add_argument("--record", metavar="FILE",
                             help="also record the probes and readings to FILE (lpxtop replay/export read it)")
         _add_endpoint_flags(parser)
@@ -259,8 +277,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             formatter_class=fmt,
         )
         parser.add_argument("--surge", action="store_true", help="start with the load surge on")
-        parser.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS",
-                            help="mean seconds between probes (default 1)")
+        parser.add_argument("--interval", type=_seconds, default=1.0, metavar="DURATION",
+                            help="mean time between probes (default 1s)")
         _add_ui_flags(parser)
         _add_record_flags(parser)
         return parser

@@ -69,8 +69,8 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, with_listen: bool) ->
                        "interface, which lets anyone who reaches it use /probe)")
     g.add_argument("--host-label", metavar="NAME", help="the `host` label on every series (default: this host's name)")
     g.add_argument("--no-probe-endpoint", action="store_true", help="answer /probe with 404")
-    g.add_argument("--probe-timeout", type=_positive_float, metavar="SECONDS",
-                   help="a /probe's time when the scraper sends no X-Prometheus-Scrape-Timeout-Seconds (default 10)")
+    g.add_argument("--probe-timeout", type=_positive_float, metavar="DURATION",
+                   help="a /probe's time when the scraper sends no X-Prometheus-Scrape-Timeout-Seconds (default 10s)")
 
 
 def exporter_settings(args: argparse.Namespace, table: dict, config_path: str | None, listen: str | None):

@@ -46,10 +46,10 @@ def build_parser(command: str) -> argparse.ArgumentParser:
                    help="window of the table's figures, as PromQL writes it (default 5m, lpxtop's own window)")
     g.add_argument("--chart-rate", default="1m", metavar="DURATION",
                    help="rate window of each chart point (default 1m)")
-    g.add_argument("--refresh", type=_positive_float, default=5.0, metavar="SECONDS",
-                   help="ask Prometheus this often (default 5)")
-    g.add_argument("--timeout", type=_positive_float, default=5.0, metavar="SECONDS",
-                   help="time limit of each query (default 5)")
+    g.add_argument("--refresh", type=_positive_float, default=5.0, metavar="DURATION",
+                   help="ask Prometheus this often (default 5s)")
+    g.add_argument("--timeout", type=_positive_float, default=5.0, metavar="DURATION",
+                   help="time limit of each query (default 5s)")
     g.add_argument("--max-series", type=_positive_int, default=2000, metavar="N",
                    help="series kept per query; more are cut, and said so (default 2000)")
     g.add_argument("--prometheus-token-env", metavar="VAR",

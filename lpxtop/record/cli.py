@@ -52,7 +52,7 @@ def run(command: str, args: argparse.Namespace) -> int:
 # ---- record ----
 
 def _record_parser() -> argparse.ArgumentParser:
-    from lpxtop.cli import _add_endpoint_flags
+    from lpxtop.cli import _add_endpoint_flags, duration_between
     from lpxtop.record.settings import add_retention_flags
 
     parser = argparse.ArgumentParser(
@@ -67,8 +67,8 @@ def _record_parser() -> argparse.ArgumentParser:
     g = parser.add_argument_group("recording")
     g.add_argument("-o", "--out", metavar="FILE",
                    help="the file to write (default: a new one in $XDG_STATE_HOME/lpxtop, ~/.local/state/lpxtop)")
-    g.add_argument("-d", "--duration", metavar="DURATION", help="stop after this long (90s, 15m, 1h; default: "
-                   "until Ctrl-C or SIGTERM)")
+    g.add_argument("-d", "--duration", type=duration_between(0.001, 1e9), metavar="DURATION",
+                   help="stop after this long (90s, 15m, 1h; default: until Ctrl-C or SIGTERM)")
     g.add_argument("-q", "--quiet", action="store_true", help="print only the file's path")
     add_retention_flags(g)
     _add_endpoint_flags(parser)
@@ -77,11 +77,12 @@ def _record_parser() -> argparse.ArgumentParser:
 
 def _run_record(args: argparse.Namespace) -> int:
     from lpxtop.cli import _engine_for, _load
+    from lpxtop.durations import format_duration
     from lpxtop.record.recorder import Recorder
-    from lpxtop.record.retention import format_size, parse_duration
+    from lpxtop.record.retention import format_size
     from lpxtop.record.settings import resolve
 
-    duration = parse_duration(args.duration) if args.duration else None
+    duration = args.duration
     file_config = _load(args)
     settings = resolve(args, file_config.record, enabled=True, path=args.out)
     engine = _engine_for(args, file_config)
@@ -92,7 +93,7 @@ def _run_record(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     if not args.quiet:
         what = f"{len(file_config.endpoints)} endpoint(s)" if file_config.endpoints else "the endpoints found here"
-        until = f"for {args.duration}" if duration else "until Ctrl-C"
+        until = f"for {format_duration(duration)}" if duration else "until Ctrl-C"
         print(f"lpxtop record: recording {what} to {path} {until} ({settings.retention.describe()})",
               file=sys.stderr)
     began = time.monotonic()
