@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from lpxtop import __version__
+from lpxtop.arguments import ArgumentParser, env_name
 from lpxtop.config import (
     MAX_SECONDS,
     MIN_SECONDS,
@@ -139,7 +140,7 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--api", choices=("chat", "completions", "dify"),
                    help="probe /v1/chat/completions (default) or /v1/completions; dify: a Dify app's "
                    "/v1/chat-messages, with agent steps (the key from --api-key-env)")
-    g.add_argument("--api-key-env", metavar="VAR",
+    g.add_argument("--api-key-env", type=env_name, metavar="VAR",
                    help="environment variable that holds the API key (the key itself is never shown or saved)")
     g.add_argument("-i", "--interval", type=_seconds, metavar="DURATION",
                    help="mean time between probes of one endpoint; each gap is random (exponential) so probes "
@@ -230,7 +231,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser for the dashboard (command None) or for one subcommand."""
     fmt = argparse.RawDescriptionHelpFormatter
     if command is None:
-        parser = argparse.ArgumentParser(
+        parser = ArgumentParser(
             prog="lpxtop",
             description="top for LLM inference: live TTFT, inter-token latency, tokens/s and errors of "
             "OpenAI-compatible endpoints, with the server's own metrics, GPU memory and port health.\n\n"
@@ -248,7 +249,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         _add_record_flags(parser)
         return parser
     if command == "once":
-        parser = argparse.ArgumentParser(
+        parser = ArgumentParser(
             prog="lpxtop once",
             description="Probe each endpoint N times, at random gaps averaging --interval (0.2 s unless given),\n"
             "while scraping each server's /metrics on a schedule of its own; then print a report (a table,\n"
@@ -268,7 +269,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         _add_endpoint_flags(parser)
         return parser
     if command == "demo":
-        parser = argparse.ArgumentParser(
+        parser = ArgumentParser(
             prog="lpxtop demo",
             description="Open the dashboard on simulated inference servers that lpxtop runs itself on "
             "127.0.0.1 (one also probed with agent steps, one a Dify agent app), with load that rises and falls "
@@ -287,7 +288,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if command == "sim":
         from lpxtop.sim.cli import add_sim_arguments
 
-        parser = argparse.ArgumentParser(
+        parser = ArgumentParser(
             prog="lpxtop sim",
             description="Run the simulated OpenAI-compatible inference server alone (vLLM-like batching, "
             "queueing, KV cache, /metrics in vLLM's format, injectable faults).",

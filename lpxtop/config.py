@@ -15,6 +15,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+from lpxtop.arguments import is_env_name
 from lpxtop.durations import DurationError, format_duration, parse_duration
 from lpxtop.model.endpoint import SECRET_PARAM, EndpointConfig
 from lpxtop.model.server import SERVER_KINDS
@@ -389,6 +390,10 @@ def _endpoint_fields(table: object, where, *, allow_identity: bool) -> dict:
             raise ConfigError(f"{where(key)}: key {key!r} must be {_type_name(types)}, not a boolean")
         if not isinstance(value, types):
             raise ConfigError(f"{where(key)}: key {key!r} must be {_type_name(types)}, got {value!r}")
+        if key == "api_key_env" and not is_env_name(value):
+            raise ConfigError(f"{where(key)}: key 'api_key_env' takes the NAME of an environment variable that holds "
+                              "the key (such as \"OPENAI_API_KEY\"); this value is not a variable name (not shown: it "
+                              "may be the key itself)")
         if key == "api" and value not in API_KINDS:
             raise ConfigError(f"{where(key)}: key 'api' must be \"chat\", \"completions\" or \"dify\", got {value!r}")
         if key == "probe":

@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 
+from lpxtop.arguments import ArgumentParser
 from lpxtop.config import ConfigError
 from lpxtop.engine.http_proxy import is_loopback
 
@@ -54,7 +55,7 @@ def _positive_float(text: str) -> float:
 def build_parser(command: str) -> argparse.ArgumentParser:
     from lpxtop.cli import _add_endpoint_flags
 
-    parser = argparse.ArgumentParser(prog=f"lpxtop {command}", description=DESCRIPTION, epilog=EPILOG,
+    parser = ArgumentParser(prog=f"lpxtop {command}", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_endpoint_flags(parser)
     add_exporter_flags(parser, with_listen=True)

@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import replace
 
+from lpxtop.arguments import ArgumentParser, env_name
 from lpxtop.config import ConfigError, normalize_url
 from lpxtop.durations import DurationError, format_duration, parse_duration
 from lpxtop.engine.http_proxy import is_loopback
@@ -76,7 +77,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
 
     seconds = duration_between(MIN_SECONDS, MAX_SECONDS)
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="lpxtop load",
         description="Run a load test against an OpenAI-compatible endpoint, step by step (closed-loop "
         "concurrency, open-loop request rate or prompt length), judge each step against an SLO, search for "
@@ -124,7 +125,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     target.add_argument("-m", "--model", help="model to request (default: the first one /v1/models lists)")
     target.add_argument("--api", choices=("chat", "completions"), default="chat",
                         help="/v1/chat/completions (default) or /v1/completions")
-    target.add_argument("--api-key-env", metavar="VAR",
+    target.add_argument("--api-key-env", type=env_name, metavar="VAR",
                         help="environment variable that holds the API key (never shown or written)")
     target.add_argument("--prompt", help="prompt without --input-tokens (a random prefix is added unless --no-random-prefix)")
     target.add_argument("--no-random-prefix", action="store_true",

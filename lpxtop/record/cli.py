@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+from lpxtop.arguments import ArgumentParser
 from lpxtop.config import ConfigError
 
 FMT = argparse.RawDescriptionHelpFormatter
@@ -55,7 +56,7 @@ def _record_parser() -> argparse.ArgumentParser:
     from lpxtop.cli import _add_endpoint_flags, duration_between
     from lpxtop.record.settings import add_retention_flags
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="lpxtop record",
         description="Record the endpoints' probes, server metrics, GPU, host and ports without the dashboard "
         "(for boxes without tmux, systemd units or a CI job), until --duration ends, Ctrl-C or SIGTERM. "
@@ -129,7 +130,7 @@ def _replay_parser() -> argparse.ArgumentParser:
     from lpxtop.cli import _add_ui_flags
     from lpxtop.record.timeparse import HELP
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="lpxtop replay",
         description="Open the dashboard on a recording, with a time bar: every panel and the detail screen show "
         "what they showed live at that moment.\n\nkeys: space play/pause, ← → step 10 s (shift: 1 min), "
@@ -196,7 +197,7 @@ def _export_parser() -> argparse.ArgumentParser:
     from lpxtop.record.export import FORMATS, WHAT
     from lpxtop.record.timeparse import HELP
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="lpxtop export",
         description="Write a recording as plain data: CSV or JSON lines for notebooks and spreadsheets, or "
         "OpenMetrics text that `promtool tsdb create-blocks-from openmetrics FILE DIR` turns into Prometheus "
