@@ -45,18 +45,41 @@ PACKAGE_SUBCOMMANDS: dict[str, str] = {
 SUBCOMMANDS = ("demo", "once", "sim", *PACKAGE_SUBCOMMANDS)
 SWITCH_INTERVAL_S = 0.001
 
+# `lpxtop --help` opens with these, one line each, as git and kubectl do; then the dashboard's flags by group.
+SUBCOMMAND_SUMMARIES: dict[str, str] = {
+    "demo": "the dashboard on simulated servers (no GPU or server needed)",
+    "once": "probe N times and print a report (a table, or JSON with --json)",
+    "load": "a load test, step by step, judged against an SLO, watched live",
+    "sim": "the simulated OpenAI-compatible inference server alone",
+    "exporter": "serve the measurements to Prometheus (/metrics, /probe)",
+    "fleet": "the dashboard on many hosts, read back from Prometheus",
+    "record": "record probes, server metrics, GPU and host; no dashboard",
+    "replay": "play a recording back in the dashboard",
+    "export": "write a recording as CSV, JSON lines or OpenMetrics",
+}
+USAGE = "%(prog)s [URL ...] [options]        the dashboard\n       %(prog)s COMMAND [...]              (lpxtop COMMAND --help)"
+DESCRIPTION = (
+    "top for LLM inference: live TTFT, inter-token latency, tokens/s and errors of\n"
+    "OpenAI-compatible endpoints, with the server's metrics, GPU memory and ports.\n\n"
+    "commands:\n"
+    + "".join(f"  {name:<10} {text}\n" for name, text in SUBCOMMAND_SUMMARIES.items())
+    + "\nWithout a command: the dashboard on the URLs given (or on the inference servers\n"
+    "found on this machine), with the options below."
+)
+
 EPILOG = """\
 examples:
-  lpxtop demo                                 the dashboard on simulated servers (no GPU or server needed)
-  lpxtop http://127.0.0.1:8000/v1             watch a local vLLM / SGLang / llama.cpp / TGI server
-  lpxtop 127.0.0.1:8000 127.0.0.1:30000       several endpoints, one row each
-  lpxtop --config lpxtop.toml                 endpoints from a file
+  lpxtop demo                              the dashboard on simulated servers
+  lpxtop http://127.0.0.1:8000/v1          watch a vLLM or SGLang server
+  lpxtop 127.0.0.1:8000 127.0.0.1:30000    several endpoints, one row each
+  lpxtop 127.0.0.1:8000 --api-key-env OPENAI_API_KEY   a server that wants a key
+  lpxtop --config lpxtop.toml              endpoints from a file
   lpxtop once 127.0.0.1:8000 --samples 5 --json
-  lpxtop sim --port 8000                      run the simulated server alone
-  lpxtop load 127.0.0.1:8000 --concurrency 1,5,10 --slo "ttft_p95<=500ms"   load test, step by step
-  lpxtop 127.0.0.1:8000 --record              record while watching (lpxtop replay FILE later)
+  lpxtop load 127.0.0.1:8000 --concurrency 1,5,10 --slo "ttft_p95<=500ms"
+  lpxtop 127.0.0.1:8000 --record           record while watching (then: replay)
 
-exit status (once): 0 every endpoint answered, 1 an endpoint is down, 2 usage or config error.
+exit status (once): 0 every endpoint answered, 1 an endpoint is down, 2 usage or
+config error.
 """
 
 
@@ -160,9 +183,10 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
                    help="with no URL given, do not look for local inference servers")
     a = parser.add_argument_group(
         "agent steps",
-        "With --probe agent, lpxtop sends one agent step every interval: a streamed tool call (call 1),\n"
-        "the tool, and the streamed answer with the tool's result (call 2). It costs the watched server\n"
-        "TWO CALLS PER INTERVAL (on top of the chat probe's one with --probe chat,agent; one for --api dify).",
+        "With --probe agent, lpxtop sends one agent step every interval: a streamed\n"
+        "tool call (call 1), the tool, and the streamed answer with the tool's result\n"
+        "(call 2). It costs the watched server TWO CALLS PER INTERVAL (on top of the\n"
+        "chat probe's one with --probe chat,agent; one for --api dify).",
     )
     a.add_argument("--probe", type=_probe_kinds, metavar="KINDS",
                    help="chat (default), agent, or chat,agent")
@@ -233,12 +257,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if command is None:
         parser = ArgumentParser(
             prog="lpxtop",
-            description="top for LLM inference: live TTFT, inter-token latency, tokens/s and errors of "
-            "OpenAI-compatible endpoints, with the server's own metrics, GPU memory and port health.\n\n"
-            "subcommands: demo (simulated servers), once (headless report), sim (simulated server), "
-            "load (run a load test and watch it), exporter (serve the measurements to Prometheus), fleet (many hosts, read back from Prometheus), "
-            "record (headless recording), replay (a recording in the dashboard), export (a recording as "
-            "CSV/JSONL/OpenMetrics); `lpxtop SUBCOMMAND --help` for each.",
+            usage=USAGE,
+            description=DESCRIPTION,
             epilog=EPILOG,
             formatter_class=fmt,
         )
