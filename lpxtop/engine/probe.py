@@ -27,6 +27,7 @@ from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit
 
 from lpxtop import textsafe
+from lpxtop.engine.diagnosis import MODELS_REQUEST, explain
 from lpxtop.engine.errors import classify_exception, http_error_kind
 from lpxtop.engine.httpclient import (
     BodyTooLarge,
@@ -631,6 +632,8 @@ def _sample(
     retry_after: float | None = None,
 ) -> Sample:
     ok = error_kind is None
+    if error_kind is not None and error_message:  # the cause in words a person acts on: engine/diagnosis.py
+        error_message = explain(error_kind, error_message, endpoint, status=status)
     token_ms = tuple((t - m.start_ns) / 1e6 for t in m.token_ns)
     if m.usage_completion is not None:
         n, approx = m.usage_completion, False
@@ -682,6 +685,18 @@ def shown_url(url: str) -> str | None:
 
 async def fetch_models(
     client: HttpClient, endpoint: EndpointConfig, timeout_s: float = MODELS_TIMEOUT_S
+) -> tuple[tuple[str, ...], str | None]:
+    """Model ids from GET /v1/models, or () and a classified '<kind>: <message>' error whose message says
+    what to do (engine/diagnosis.py). Never raises (except CancelledError)."""
+    ids, error = await _ask_models(client, endpoint, timeout_s)
+    if error is not None:
+        kind, _, message = error.partition(": ")
+        error = f"{kind}: {textsafe.scrub(explain(kind, message, endpoint, request=MODELS_REQUEST))}"
+    return ids, error
+
+
+async def _ask_models(
+    client: HttpClient, endpoint: EndpointConfig, timeout_s: float
 ) -> tuple[tuple[str, ...], str | None]:
     """Model ids from GET /v1/models, or () and a classified '<kind>: <message>' error. Never raises
     (except CancelledError).

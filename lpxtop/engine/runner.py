@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypeVar
 from lpxtop import __version__
 from lpxtop.engine.agent.prober import AgentProber, wants_agent, wants_chat, with_agent
 from lpxtop.engine.clientlimit import LoopLag, ThreadCpuWait
+from lpxtop.engine.diagnosis import model_matches, model_not_served, no_model_listed
 from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.engine.schedule import next_gap
@@ -59,6 +60,7 @@ HEARTBEAT_S = 1.0
 WORKER_THREADS = 3  # asyncio.to_thread pool: GPU, host and ports, and the endpoints' /metrics parsing
 MODELS_TIMEOUT_S = 5.0  # GET /v1/models as a whole, or the endpoint's --timeout when shorter (a trickle is cut)
 MODELS_RECHECK_S = 60.0
+MODEL_REFUSAL_KINDS = ("http_404", "http_4xx")  # how servers refuse a model they do not serve (404; some 400)
 # `once`: the mean gap between probes when --interval is not given, and between scrapes while probing
 ONCE_INTERVAL_S = 0.2
 ONCE_SCRAPE_MEAN_S = 0.25
@@ -590,6 +592,8 @@ class Engine:
                 sample, late = await self._watch_lateness(state, lambda: self._run_probe(state, client, model))
                 if late:
                     sample = replace(sample, client_limited=True)
+                if not sample.ok:
+                    sample = await self._name_served_models(state, sample, model)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bug in one probe must not stop the others
@@ -681,12 +685,12 @@ class Engine:
     async def _resolve_model(self, state: _EndpointState, client: HttpClient) -> tuple[str | None, str | None]:
         """The model to send. Once a model is known (configured, or listed before) the probe does not wait:
         GET /v1/models (for the ports' mismatch check) runs beside it now and then. Without one, the
-        probe needs its answer."""
+        probe needs its answer, so each probe asks until a model is known, and a failure keeps its own
+        kind (`refused`, `tls`, `http_401` ...: engine/diagnosis.py says what to do)."""
         now = time.monotonic()
-        if state.models_known and now - state.models_checked_at < MODELS_RECHECK_S:
-            return state.model, None if state.model is not None else "http_404: GET /models listed no model; pass --model"
         if state.model is not None:
-            if state.models_task is None or state.models_task.done():
+            stale = not state.models_known or now - state.models_checked_at >= MODELS_RECHECK_S
+            if stale and (state.models_task is None or state.models_task.done()):
                 state.models_checked_at = now
                 state.models_task = asyncio.create_task(self._check_models(state, client),
                                                         name=f"models:{state.config.name}")
@@ -694,8 +698,24 @@ class Engine:
         state.models_checked_at = now
         error = await self._check_models(state, client)
         if state.model is None:
-            return None, error or "http_404: GET /models listed no model; pass --model"
+            return None, error or f"no_model: {no_model_listed(state.config)}"
         return state.model, None
+
+    async def _name_served_models(self, state: _EndpointState, sample: Sample, model: str | None) -> Sample:
+        """A probe refused for its model (a typo in --model, most often): say which models the server does serve,
+        from GET /v1/models (waiting, bounded, for the check that runs beside the first probe)."""
+        if sample.error_kind not in MODEL_REFUSAL_KINDS or model is None:
+            return sample
+        task = state.models_task
+        if task is not None and not task.done():
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(task), MODELS_TIMEOUT_S)
+        served = state.served_models
+        if not served or model_matches(model, served) or (
+            sample.error_kind != "http_404" and "model" not in (sample.error_message or "").lower()
+        ):
+            return sample
+        return replace(sample, error_message=model_not_served(model, served))
 
     async def _check_models(self, state: _EndpointState, client: HttpClient) -> str | None:
         """Ask GET /v1/models, bounded as a whole (as the endpoint's requests are); returns the error, if any."""

@@ -25,6 +25,7 @@ from lpxtop.engine.agent.schema import validate
 from lpxtop.engine.agent.stream import CallOutcome, ChatEvents, measured_post
 from lpxtop.engine.agent.toolcalls import ToolCall
 from lpxtop.engine.agent.tools import ToolSet, conversation
+from lpxtop.engine.diagnosis import explain
 from lpxtop.engine.httpclient import HttpClient
 from lpxtop.model.agent import AgentStep
 from lpxtop.model.endpoint import EndpointConfig
@@ -118,7 +119,7 @@ async def run_agent_step(
         fields["time_to_tool_name_ms"] = _ms(one.tool_calls.first_name_ns, start)
         fields["time_to_tool_call_ms"] = _ms(one.tool_calls.last_ns, start)
     if not out1.ok:
-        return _failed(fields, out1, call=1)
+        return _failed(fields, out1, call=1, endpoint=endpoint)
     if not calls:
         said = scrub(one.text.strip()) or ""
         return AgentStep(**fields, error_kind="no_tool_call",
@@ -141,12 +142,12 @@ async def run_agent_step(
     fields["answer_e2e_ms"] = _ms(two.last_token_ns, out2.start_ns)
     fields["call2_response_id"] = two.response_id
     if not out2.ok:
-        return _failed(fields, out2, call=2)
+        return _failed(fields, out2, call=2, endpoint=endpoint)
     fields["step_ms"] = _ms(two.last_token_ns, start)
     return AgentStep(**fields)
 
 
-def _failed(fields: dict, outcome: CallOutcome, call: int) -> AgentStep:
+def _failed(fields: dict, outcome: CallOutcome, call: int, endpoint: EndpointConfig) -> AgentStep:
     # A failed call's own times are not the server's answer times: keep only what came before it.
     if call == 1:
         fields = {k: v for k, v in fields.items() if k not in ("call1_e2e_ms", "time_to_tool_call_ms")}
@@ -157,10 +158,17 @@ def _failed(fields: dict, outcome: CallOutcome, call: int) -> AgentStep:
     return AgentStep(
         **fields,
         error_kind=outcome.error_kind,
-        error_message=f"call {call}: {scrub(outcome.error_message) or outcome.error_kind}",
+        error_message=f"call {call}: {scrub(_explained(outcome, endpoint)) or outcome.error_kind}",
         http_status=outcome.status,
         failed_call=call,
     )
+
+
+def _explained(outcome: CallOutcome, endpoint: EndpointConfig) -> str | None:
+    """The failure in words a person acts on, as the chat probe's (engine/diagnosis.py)."""
+    if outcome.error_kind is None or not outcome.error_message:
+        return outcome.error_message
+    return explain(outcome.error_kind, outcome.error_message, endpoint, status=outcome.status)
 
 
 def _judge(calls: list[ToolCall], tools: ToolSet, finish_reason: str | None) -> tuple[dict, list[str], list[str]]:
