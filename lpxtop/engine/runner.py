@@ -60,6 +60,10 @@ HEARTBEAT_S = 1.0
 WORKER_THREADS = 3  # asyncio.to_thread pool: GPU, host and ports, and the endpoints' /metrics parsing
 MODELS_TIMEOUT_S = 5.0  # GET /v1/models as a whole, or the endpoint's --timeout when shorter (a trickle is cut)
 MODELS_RECHECK_S = 60.0
+# At start, the /metrics scrapes, the GPU reading and the port and host scan wait for every endpoint's first
+# probe (at most this long): they would compete with it for the interpreter (its timestamps) and delay the
+# first figures on screen, which are the probes'.
+FIRST_PROBES_GRACE_S = 1.0
 MODEL_REFUSAL_KINDS = ("http_404", "http_4xx")  # how servers refuse a model they do not serve (404; some 400)
 # `once`: the mean gap between probes when --interval is not given, and between scrapes while probing
 ONCE_INTERVAL_S = 0.2
@@ -260,6 +264,7 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Event | None = None
+        self._first_probes: asyncio.Event | None = None  # set once every endpoint's first probe is in
         self._ready = threading.Event()
         self._listeners: list[Callable[[EngineEvent], None]] = []
         self._rng = random.Random(self.settings.seed)
@@ -273,6 +278,12 @@ class Engine:
 
     def snapshot(self) -> Snapshot:
         return self._snapshot
+
+    def warming_up(self) -> bool:
+        """True until every endpoint has its first probe's figures (or failure) published: a screen may read
+        snapshots more often meanwhile, so the first figures show as soon as they exist."""
+        snap = self._snapshot  # immutable: safe to read from the UI's thread
+        return not snap.endpoints or any(e.probes_sent == 0 for e in snap.endpoints)
 
     def set_paused(self, paused: bool) -> None:
         self._call(self._set_paused, paused)
@@ -485,9 +496,12 @@ class Engine:
             self._close_lateness()
 
     async def _run(self, stopping: asyncio.Event) -> None:
+        self._first_probes = asyncio.Event()
+        asyncio.get_running_loop().call_later(FIRST_PROBES_GRACE_S, self._first_probes.set)
         async with self._client() as client:
             for config in self._configs:
                 self._start_endpoint(self._add_state(config), client)
+            self._check_first_probes()
             background = [
                 asyncio.create_task(self._gpu_loop()),
                 asyncio.create_task(self._system_loop()),
@@ -648,6 +662,30 @@ class Engine:
         self._dirty = True
         if self._listeners:
             self._emit(SampleEvent(state.config.name, sample))
+        if state.window.sent == 1 and self._thread is not None:
+            self._publish_now()  # an endpoint's first figures go out at once, not at the next publish tick
+            self._check_first_probes()
+
+    def _check_first_probes(self) -> None:
+        """Let the scrapes and collectors start once every probing endpoint has its first probe in."""
+        event = self._first_probes
+        if event is not None and not event.is_set() and not any(
+            self.settings.probes and wants_chat(s.config) and s.window.sent == 0 for s in self._states.values()
+        ):
+            event.set()
+
+    async def _after_first_probes(self) -> None:
+        if self._first_probes is not None:
+            await self._first_probes.wait()
+
+    def _publish_now(self) -> None:
+        """Publish a snapshot now (on the loop, after the measurement is done); the publish loop goes on."""
+        self._dirty = False
+        try:
+            self._publish(self._build_snapshot())
+        except Exception:  # noqa: BLE001
+            log.exception("snapshot failed")
+            self._dirty = True
 
     async def _agent_step(self, state: _EndpointState, client: HttpClient) -> None:
         prober = state.agent
@@ -743,6 +781,7 @@ class Engine:
             if not self._paused:
                 await self._scrape(state, client)
 
+        await self._after_first_probes()
         await self._every(state.config.metrics_interval_s, scrape_unless_paused)
 
     async def _scrape(self, state: _EndpointState, client: HttpClient, *, histograms: bool = False) -> None:
@@ -767,6 +806,7 @@ class Engine:
 
     async def _gpu_loop(self) -> None:
         if self._gpu is not None:
+            await self._after_first_probes()
             await self._every(self.settings.gpu_interval_s, self._collect_gpu)
 
     async def _collect_gpu(self) -> None:
@@ -788,6 +828,7 @@ class Engine:
                 self._emit(GpuEvent(time.time(), self._gpu_snapshot))
 
     async def _system_loop(self) -> None:
+        await self._after_first_probes()
         await self._every(self.settings.system_interval_s, self._collect_host_and_ports)
 
     async def _collect_host_and_ports(self) -> None:
