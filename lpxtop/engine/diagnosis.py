@@ -50,7 +50,7 @@ def explain(
         return nothing_listens(where)
     if kind == "tls" and _scheme(endpoint.url) == "https" and any(m in message.lower() for m in _PLAIN_HTTP_MARKERS):
         plain = "http" + endpoint.url[len("https"):]
-        return f"{where} answers plain HTTP, not TLS: use {plain} (http://, not https://)"
+        return f"use {plain}: {where} answers plain HTTP, not TLS"
     if kind == "dns" and "proxy" not in message.lower():
         host = urlsplit(endpoint.url).hostname or where
         why = message.removeprefix("name lookup failed: ")
@@ -69,7 +69,7 @@ def explain(
 
 def nothing_listens(where: str) -> str:
     """The refused endpoint's message (the ports panel's `down` line says the same)."""
-    return f"nothing listens on {where} — is the server running? (start it, or check the port)"
+    return f"nothing listens on {where} — is the server running?"
 
 
 def model_matches(expected: str, served: Sequence[str]) -> bool:
@@ -113,7 +113,7 @@ def _needs_key(kind: str, message: str, endpoint: EndpointConfig, status: int | 
     tail = f" (the server said: {said})" if said else ""
     variable = endpoint.api_key_env
     if variable is None:
-        return ("the server wants an API key: put it in an environment variable and pass --api-key-env NAME "
+        return ("the server wants an API key: pass --api-key-env NAME, the environment variable that holds it "
                 f"(or api_key_env in the config file){tail}")
     if not os.environ.get(variable):
         return f"the server wants an API key, and ${variable} is not set (or empty): export it where lpxtop starts{tail}"
@@ -128,8 +128,8 @@ def _wrong_path(endpoint: EndpointConfig, request: str | None, said: str | None)
     tail = f" (the server said: {said})" if said else ""
     origin = _origin(endpoint.url)
     if path.rstrip("/") != "/v1":
-        return (f"{what}: the base URL is probably wrong: OpenAI-compatible servers serve /v1 "
-                f"(try {origin}/v1){tail}")
+        return (f"{what}: try {origin}/v1 — the base URL is probably wrong (OpenAI-compatible servers serve "
+                f"/v1){tail}")
     if request == MODELS_REQUEST:
         return (f"{what}: this server lists no models there: is it an OpenAI-compatible API? "
                 f"(or name the model with --model){tail}")

@@ -54,7 +54,7 @@ def test_nothing_listening_is_down():
     assert st.status == "down"
     assert (
         st.detail
-        == f"nothing listens on 127.0.0.1:{port} — is the server running? (start it, or check the port)"
+        == f"nothing listens on 127.0.0.1:{port} — is the server running?"
     )
     assert st.pid is None and st.endpoint == "ep"
 
