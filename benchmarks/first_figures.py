@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-POLL_S = 0.005
+POLL_S = 0.02  # each poll starts a tmux client: every 20 ms is fine-grained enough for a 1 s target
 RUN_TIMEOUT_S = 20.0
 SIM_START_TIMEOUT_S = 20.0
 
