@@ -375,6 +375,9 @@ class Engine:
 
         self._open_lateness()
         try:
+            # collectors made on first use are built now, before any probe is in flight (assemble.Later)
+            for source in (self._gpu, self._ports, self._host):
+                await _within(_prepare(source), left(ONCE_REPORT_RESERVE_S), "collector set-up")
             async with self._client() as client:
                 if self._discover is not None and not self._configs:
                     await _within(self._run_discovery(client), left(ONCE_REPORT_RESERVE_S), "discovery")
@@ -807,6 +810,7 @@ class Engine:
     async def _gpu_loop(self) -> None:
         if self._gpu is not None:
             await self._after_first_probes()
+            await _prepare(self._gpu)
             await self._every(self.settings.gpu_interval_s, self._collect_gpu)
 
     async def _collect_gpu(self) -> None:
@@ -829,6 +833,8 @@ class Engine:
 
     async def _system_loop(self) -> None:
         await self._after_first_probes()
+        await _prepare(self._ports)
+        await _prepare(self._host)
         await self._every(self.settings.system_interval_s, self._collect_host_and_ports)
 
     async def _collect_host_and_ports(self) -> None:
@@ -974,6 +980,17 @@ def client_was_late(lag_ns: int, wait_ns: int | None, took_ns: int) -> bool:
     if lag_ns > CLIENT_LAG_LIMIT_NS:
         return True
     return wait_ns is not None and wait_ns > max(CLIENT_CPU_WAIT_MIN_NS, CLIENT_CPU_WAIT_SHARE * took_ns)
+
+
+async def _prepare(source: object) -> None:
+    """Build a collector made on first use (assemble.Later) on a worker thread: its imports and set-up hold
+    the interpreter lock there, where the probe loop's thread takes it back within a switch interval."""
+    prepare = getattr(source, "prepare", None) if source is not None else None
+    if prepare is not None:
+        try:
+            await asyncio.to_thread(prepare)
+        except Exception:  # noqa: BLE001 - its first collection will say what is wrong
+            log.exception("collector set-up failed")
 
 
 async def _within(work: Awaitable[Any], seconds: float, what: str) -> None:
