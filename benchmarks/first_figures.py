@@ -69,6 +69,8 @@ class Tmux:
 
     def shutdown(self) -> None:
         self.run("kill-server", check=False)
+        with contextlib.suppress(OSError):  # tmux may leave its socket file behind
+            (Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}" / self.socket).unlink()
 
 
 def figures_pattern(name: str) -> re.Pattern[str]:

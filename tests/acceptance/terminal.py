@@ -12,6 +12,7 @@ screen (remain-on-exit) and its exit status (`exit_status`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shlex
@@ -107,6 +108,9 @@ class Terminal:
     def close(self) -> None:
         self._tmux("kill-server", check=False)
         self._dir.cleanup()
+        # tmux may leave its socket file behind
+        with contextlib.suppress(OSError):
+            (Path(self._env.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}" / self.socket).unlink()
 
     def __enter__(self) -> Terminal:
         return self
