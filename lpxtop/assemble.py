@@ -23,13 +23,12 @@ def build_engine(
     engine_class: type[Engine] = Engine,
     **engine_kwargs,
 ) -> Engine:
-    """An Engine with the real scrapers, GPUs (NVML, AMD SMI or amdgpu sysfs), host, ports, discovery and alert rules."""
-    from lpxtop.engine.accel.collector import AcceleratorCollector
+    """An Engine with the real scrapers, GPUs (NVML, AMD SMI or amdgpu sysfs), host, ports, discovery and alert rules.
+
+    The GPU, host and port collectors, the scrapers and discovery are built when first used (`Later`):
+    their modules (psutil, the NVML and AMD readers, the /metrics readers) are imported after the dashboard's
+    first frame, on a worker thread, instead of before it."""
     from lpxtop.engine.alerts import AlertRules, AlertThresholds
-    from lpxtop.engine.discovery import discover as discover_servers
-    from lpxtop.engine.host import HostCollector
-    from lpxtop.engine.ports import PortMonitor
-    from lpxtop.engine.servers import ServerScraper
 
     settings = EngineSettings(
         window_s=window_s or DEFAULT_WINDOW_S,
@@ -43,11 +42,64 @@ def build_engine(
     return engine_class(
         endpoints,
         settings,
-        scraper_factory=lambda config: ServerScraper(config, window_s=settings.window_s),
-        gpu=gpu if gpu is not None else AcceleratorCollector(),
-        host=HostCollector(),
-        ports=PortMonitor(),
+        scraper_factory=lambda config: _scraper(config, settings.window_s),
+        gpu=gpu if gpu is not None else Later(_gpu_collector),
+        host=Later(_host_collector),
+        ports=Later(_port_monitor),
         alerts=AlertRules(thresholds),
-        discover=(lambda client: discover_servers(client)) if discover else None,
+        discover=_discover if discover else None,
         **engine_kwargs,
     )
+
+
+class Later:
+    """A collector built on first use. `prepare()` builds it (the engine calls it on a worker thread before
+    the first collection); any other attribute builds it too. `close()` before that has nothing to close."""
+
+    def __init__(self, build) -> None:
+        self._build = build
+        self._made = None
+
+    def prepare(self) -> None:
+        if self._made is None:
+            self._made = self._build()
+
+    def close(self) -> None:
+        if self._made is not None:
+            close = getattr(self._made, "close", None)
+            if close is not None:
+                close()
+
+    def __getattr__(self, name: str):
+        self.prepare()
+        return getattr(self._made, name)
+
+
+def _gpu_collector():
+    from lpxtop.engine.accel.collector import AcceleratorCollector
+
+    return AcceleratorCollector()
+
+
+def _host_collector():
+    from lpxtop.engine.host import HostCollector
+
+    return HostCollector()
+
+
+def _port_monitor():
+    from lpxtop.engine.ports import PortMonitor
+
+    return PortMonitor()
+
+
+def _scraper(config: EndpointConfig, window_s: float):
+    from lpxtop.engine.servers import ServerScraper
+
+    return ServerScraper(config, window_s=window_s)
+
+
+def _discover(client):
+    from lpxtop.engine.discovery import discover
+
+    return discover(client)

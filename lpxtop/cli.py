@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from lpxtop import __version__
+from lpxtop.arguments import ArgumentParser, env_name
 from lpxtop.config import (
     MAX_SECONDS,
     MIN_SECONDS,
@@ -28,6 +29,7 @@ from lpxtop.config import (
     parse_probes,
     settle_agent_settings,
 )
+from lpxtop.durations import DurationError, parse_duration
 from lpxtop.jsonout import dumps
 
 # Subcommands whose code lives in a package of its own: module -> `build_parser(command)` and
@@ -43,18 +45,41 @@ PACKAGE_SUBCOMMANDS: dict[str, str] = {
 SUBCOMMANDS = ("demo", "once", "sim", *PACKAGE_SUBCOMMANDS)
 SWITCH_INTERVAL_S = 0.001
 
+# `lpxtop --help` opens with these, one line each, as git and kubectl do; then the dashboard's flags by group.
+SUBCOMMAND_SUMMARIES: dict[str, str] = {
+    "demo": "the dashboard on simulated servers (no GPU or server needed)",
+    "once": "probe N times and print a report (a table, or JSON with --json)",
+    "load": "a load test, step by step, judged against an SLO, watched live",
+    "sim": "the simulated OpenAI-compatible inference server alone",
+    "exporter": "serve the measurements to Prometheus (/metrics, /probe)",
+    "fleet": "the dashboard on many hosts, read back from Prometheus",
+    "record": "record probes, server metrics, GPU and host; no dashboard",
+    "replay": "play a recording back in the dashboard",
+    "export": "write a recording as CSV, JSON lines or OpenMetrics",
+}
+USAGE = "%(prog)s [URL ...] [options]        the dashboard\n       %(prog)s COMMAND [...]              (lpxtop COMMAND --help)"
+DESCRIPTION = (
+    "top for LLM inference: live TTFT, inter-token latency, tokens/s and errors of\n"
+    "OpenAI-compatible endpoints, with the server's metrics, GPU memory and ports.\n\n"
+    "commands:\n"
+    + "".join(f"  {name:<10} {text}\n" for name, text in SUBCOMMAND_SUMMARIES.items())
+    + "\nWithout a command: the dashboard on the URLs given (or on the inference servers\n"
+    "found on this machine), with the options below."
+)
+
 EPILOG = """\
 examples:
-  lpxtop demo                                 the dashboard on simulated servers (no GPU or server needed)
-  lpxtop http://127.0.0.1:8000/v1             watch a local vLLM / SGLang / llama.cpp / TGI server
-  lpxtop 127.0.0.1:8000 127.0.0.1:30000       several endpoints, one row each
-  lpxtop --config lpxtop.toml                 endpoints from a file
+  lpxtop demo                              the dashboard on simulated servers
+  lpxtop http://127.0.0.1:8000/v1          watch a vLLM or SGLang server
+  lpxtop 127.0.0.1:8000 127.0.0.1:30000    several endpoints, one row each
+  lpxtop 127.0.0.1:8000 --api-key-env OPENAI_API_KEY   a server that wants a key
+  lpxtop --config lpxtop.toml              endpoints from a file
   lpxtop once 127.0.0.1:8000 --samples 5 --json
-  lpxtop sim --port 8000                      run the simulated server alone
-  lpxtop load 127.0.0.1:8000 --concurrency 1,5,10 --slo "ttft_p95<=500ms"   load test, step by step
-  lpxtop 127.0.0.1:8000 --record              record while watching (lpxtop replay FILE later)
+  lpxtop load 127.0.0.1:8000 --concurrency 1,5,10 --slo "ttft_p95<=500ms"
+  lpxtop 127.0.0.1:8000 --record           record while watching (then: replay)
 
-exit status (once): 0 every endpoint answered, 1 an endpoint is down, 2 usage or config error.
+exit status (once): 0 every endpoint answered, 1 an endpoint is down, 2 usage or
+config error.
 """
 
 
@@ -73,7 +98,20 @@ def _number(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
-_seconds = _number(MIN_SECONDS, MAX_SECONDS)
+def duration_between(low: float, high: float, *, bare_unit: float = 1.0) -> Callable[[str], float]:
+    """An argparse type: a duration (`500ms`, `30s`, `2m`, `1h` or a plain number in `bare_unit` seconds)
+    between `low` and `high` seconds, as lpxtop.durations reads it; in seconds."""
+
+    def parse(text: str) -> float:
+        try:
+            return parse_duration(text, low=low, high=high, bare_unit=bare_unit)
+        except DurationError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+_seconds = duration_between(MIN_SECONDS, MAX_SECONDS)
 
 
 def _positive_float(text: str) -> float:
@@ -125,19 +163,19 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--api", choices=("chat", "completions", "dify"),
                    help="probe /v1/chat/completions (default) or /v1/completions; dify: a Dify app's "
                    "/v1/chat-messages, with agent steps (the key from --api-key-env)")
-    g.add_argument("--api-key-env", metavar="VAR",
+    g.add_argument("--api-key-env", type=env_name, metavar="VAR",
                    help="environment variable that holds the API key (the key itself is never shown or saved)")
-    g.add_argument("-i", "--interval", type=_seconds, metavar="SECONDS",
-                   help="mean seconds between probes of one endpoint; each gap is random (exponential) so probes "
-                   "see the server's time average, never its rhythm (default 2; once: 0.2)")
+    g.add_argument("-i", "--interval", type=_seconds, metavar="DURATION",
+                   help="mean time between probes of one endpoint; each gap is random (exponential) so probes "
+                   "see the server's time average, never its rhythm (default 2s; once: 200ms)")
     g.add_argument("--max-tokens", type=_positive_int, metavar="N", help="tokens to ask for per probe (default 16)")
     g.add_argument("--prompt", help="probe prompt (a random prefix is added unless --no-random-prefix)")
     g.add_argument("--no-random-prefix", action="store_true",
                    help="send the prompt as is (prefix caching may then hide prefill time)")
-    g.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="whole-request timeout (default 30)")
-    g.add_argument("--first-token-timeout", type=_seconds, metavar="SECONDS",
-                   help="give up when no token arrives within this time (default 15)")
-    g.add_argument("--connect-timeout", type=_seconds, metavar="SECONDS", help="connect timeout (default 5)")
+    g.add_argument("--timeout", type=_seconds, metavar="DURATION", help="whole-request timeout (default 30s)")
+    g.add_argument("--first-token-timeout", type=_seconds, metavar="DURATION",
+                   help="give up when no token arrives within this time (default 15s)")
+    g.add_argument("--connect-timeout", type=_seconds, metavar="DURATION", help="connect timeout (default 5s)")
     g.add_argument("--metrics-url", metavar="URL",
                    help="Prometheus /metrics URL when not on the endpoint's own host:port (e.g. Triton's :8002)")
     g.add_argument("--no-metrics", action="store_true", help="do not scrape the servers' /metrics")
@@ -145,9 +183,10 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
                    help="with no URL given, do not look for local inference servers")
     a = parser.add_argument_group(
         "agent steps",
-        "With --probe agent, lpxtop sends one agent step every interval: a streamed tool call (call 1),\n"
-        "the tool, and the streamed answer with the tool's result (call 2). It costs the watched server\n"
-        "TWO CALLS PER INTERVAL (on top of the chat probe's one with --probe chat,agent; one for --api dify).",
+        "With --probe agent, lpxtop sends one agent step every interval: a streamed\n"
+        "tool call (call 1), the tool, and the streamed answer with the tool's result\n"
+        "(call 2). It costs the watched server TWO CALLS PER INTERVAL (on top of the\n"
+        "chat probe's one with --probe chat,agent; one for --api dify).",
     )
     a.add_argument("--probe", type=_probe_kinds, metavar="KINDS",
                    help="chat (default), agent, or chat,agent")
@@ -161,8 +200,8 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     a.add_argument("--chain-steps", type=_chain_steps, metavar="N",
                    help="steps in the chain whose p50/p95 budget is shown (default 5)")
     w = parser.add_argument_group("statistics")
-    w.add_argument("--window", type=_number(1.0, 86_400.0), metavar="SECONDS",
-                   help="rolling window for percentiles (default 300)")
+    w.add_argument("--window", type=duration_between(1.0, 86_400.0), metavar="DURATION",
+                   help="rolling window for percentiles (default 5m)")
     w.add_argument("--max-samples", type=_positive_int, metavar="N", help="samples kept per endpoint (default 300)")
     w.add_argument("--include-client-limited", action="store_true", default=None,
                    help="count probes during which lpxtop itself was late (its loop or its wait for a CPU; "
@@ -177,14 +216,18 @@ def _add_alert_flags(parser: argparse.ArgumentParser) -> None:
         return
     g = parser.add_argument_group("alert thresholds (also [alerts] in the config file)")
     for flag, attr, help_text in THRESHOLD_FLAGS:
-        g.add_argument(flag, dest=f"alert_{attr}", type=_finite, metavar="N", help=help_text)
+        if attr.endswith("_s"):  # a time: 60s, 5m
+            g.add_argument(flag, dest=f"alert_{attr}", type=duration_between(0.0, 1e9), metavar="DURATION",
+                           help=help_text)
+        else:
+            g.add_argument(flag, dest=f"alert_{attr}", type=_finite, metavar="N", help=help_text)
 
 
 def _add_ui_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("display")
     g.add_argument("--theme", help="colour theme (lpxtop-dark, lpxtop-light, high-contrast, ...; `t` cycles)")
-    g.add_argument("--refresh", type=_number(0.1, 60.0), metavar="SECONDS",
-                   help="screen refresh period (default 2, as nvitop)")
+    g.add_argument("--refresh", type=duration_between(0.1, 60.0), metavar="DURATION",
+                   help="screen refresh period (default 2s, as nvitop)")
     g.add_argument("--readonly", action="store_true", help="disable every process action (T/K)")
     g.add_argument("--export", metavar="HOST:PORT",
                    help="also serve /metrics and /probe for Prometheus there, as `lpxtop exporter` does "
@@ -218,14 +261,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser for the dashboard (command None) or for one subcommand."""
     fmt = argparse.RawDescriptionHelpFormatter
     if command is None:
-        parser = argparse.ArgumentParser(
+        parser = ArgumentParser(
             prog="lpxtop",
-            description="top for LLM inference: live TTFT, inter-token latency, tokens/s and errors of "
-            "OpenAI-compatible endpoints, with the server's own metrics, GPU memory and port health.\n\n"
-            "subcommands: demo (simulated servers), once (headless report), sim (simulated server), "
-            "load (run a load test and watch it), exporter (serve the measurements to Prometheus), fleet (many hosts, read back from Prometheus), "
-            "record (headless recording), replay (a recording in the dashboard), export (a recording as "
-            "CSV/JSONL/OpenMetrics); `lpxtop SUBCOMMAND --help` for each.",
+            usage=USAGE,
+            description=DESCRIPTION,
             epilog=EPILOG,
             formatter_class=fmt,
         )
@@ -237,7 +276,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         _add_otlp_flags(parser)
         return parser
     if command == "once":
-        parser = argparse.ArgumentParser(
+        parser = ArgumentParser(
             prog="lpxtop once",
             description="Probe each endpoint N times, at random gaps averaging --interval (0.2 s unless given),\n"
             "while scraping each server's /metrics on a schedule of its own; then print a report (a table,\n"
@@ -249,16 +288,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         parser.add_argument("-n", "--samples", type=_positive_int, default=3, metavar="N",
                             help="probes per endpoint (default 3)")
         parser.add_argument("--json", action="store_true", help="print JSON (schema 1, see docs/json.md)")
-        parser.add_argument("--deadline", type=_number(0.1, 86_400.0), default=120.0, metavar="SECONDS",
+        parser.add_argument("--deadline", type=duration_between(0.1, 86_400.0), default=120.0, metavar="DURATION",
                             help="end within this long in all, discovery included, and report what was "
-                            "measured by then (default 120)")
+                            "measured by then (default 2m)")
         parser.add_argument("--record", metavar="FILE",
                             help="also record the probes and readings to FILE (lpxtop replay/export read it)")
         _add_endpoint_flags(parser)
         _add_otlp_flags(parser)
         return parser
     if command == "demo":
-        parser = argparse.ArgumentParser(
+        parser = ArgumentParser(
             prog="lpxtop demo",
             description="Open the dashboard on simulated inference servers that lpxtop runs itself on "
             "127.0.0.1 (one also probed with agent steps, one a Dify agent app), with load that rises and falls "
@@ -267,8 +306,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             formatter_class=fmt,
         )
         parser.add_argument("--surge", action="store_true", help="start with the load surge on")
-        parser.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS",
-                            help="mean seconds between probes (default 1)")
+        parser.add_argument("--interval", type=_seconds, default=1.0, metavar="DURATION",
+                            help="mean time between probes (default 1s)")
         _add_ui_flags(parser)
         _add_record_flags(parser)
         _add_otlp_flags(parser)
@@ -278,7 +317,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if command == "sim":
         from lpxtop.sim.cli import add_sim_arguments
 
-        parser = argparse.ArgumentParser(
+        parser = ArgumentParser(
             prog="lpxtop sim",
             description="Run the simulated OpenAI-compatible inference server alone (vLLM-like batching, "
             "queueing, KV cache, /metrics in vLLM's format, injectable faults).",
@@ -548,10 +587,11 @@ def _open_ui(engine, args: argparse.Namespace, ui_settings: dict) -> int:
 def _start_measuring(engine) -> None:
     """Start probing once the UI has drawn its first frame.
 
-    Start-up leaves many objects for the garbage collector; a full collection holds the interpreter
-    lock for tens of milliseconds, which would land in some probe's timestamps. Collect once now and
-    freeze what survives, so later collections only scan what is new.
+    Start-up leaves ~58,000 objects for the garbage collector; a full collection over them holds the
+    interpreter lock for tens of milliseconds, which would land in some probe's timestamps. Freeze them
+    now (gc.freeze, no walk), so later collections only scan what is new. No collection first: at this
+    point it found nothing to free (0 unreachable objects in every measured start) and cost ~30-50 ms
+    before the first probe could leave.
     """
-    gc.collect()
     gc.freeze()
     engine.start()

@@ -15,6 +15,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+from lpxtop.arguments import is_env_name
+from lpxtop.durations import DurationError, format_duration, parse_duration
 from lpxtop.model.endpoint import SECRET_PARAM, EndpointConfig
 from lpxtop.model.server import SERVER_KINDS
 from lpxtop.textsafe import register_secret
@@ -32,15 +34,15 @@ ENDPOINT_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
     "api": ("api", str),
     "api_key_env": ("api_key_env", str),
     "headers": ("headers", dict),
-    "interval": ("interval_s", (int, float)),
+    "interval": ("interval_s", (int, float, str)),
     "max_tokens": ("max_tokens", int),
     "prompt": ("prompt", str),
     "random_prefix": ("random_prefix", bool),
-    "timeout": ("timeout_s", (int, float)),
-    "connect_timeout": ("connect_timeout_s", (int, float)),
-    "first_token_timeout": ("first_token_timeout_s", (int, float)),
+    "timeout": ("timeout_s", (int, float, str)),
+    "connect_timeout": ("connect_timeout_s", (int, float, str)),
+    "first_token_timeout": ("first_token_timeout_s", (int, float, str)),
     "metrics_url": ("metrics_url", str),
-    "metrics_interval": ("metrics_interval_s", (int, float)),
+    "metrics_interval": ("metrics_interval_s", (int, float, str)),
     "server_kind": ("server_kind", str),
     # the agent-step probe (lpxtop/engine/agent)
     "probe": ("probes", (str, list)),
@@ -71,25 +73,11 @@ def parse_probes(value: str | Sequence[str]) -> tuple[str, ...]:
 
 
 def parse_duration_s(value: float | int | str) -> float:
-    """Seconds from a number of seconds or a text like `0ms`, `250ms`, `1.5s`; ValueError if not one."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    else:
-        text = value.strip().lower()
-        scale = 1.0
-        if text.endswith("ms"):
-            text, scale = text[:-2], 0.001
-        elif text.endswith("s"):
-            text = text[:-1]
-        try:
-            seconds = float(text) * scale
-        except ValueError:
-            raise ValueError(f"{value!r} is not a duration (try 0ms, 250ms or 1.5s)") from None
-    if not 0.0 <= seconds <= MAX_TOOL_LATENCY_S:  # also refuses NaN
-        raise ValueError(f"{value!r}: a tool latency must be between 0 and {MAX_TOOL_LATENCY_S:g} s")
-    return seconds
+    """A tool latency: seconds from a number or a text like `0ms`, `250ms`, `1.5s`; ValueError if not one."""
+    try:
+        return parse_duration(value, low=0.0, high=MAX_TOOL_LATENCY_S)
+    except DurationError as exc:
+        raise ValueError(f"a tool latency: {exc}") from None
 
 
 def settle_agent_settings(config: EndpointConfig) -> EndpointConfig:
@@ -123,14 +111,16 @@ SECONDS_KEYS = ("interval", "timeout", "connect_timeout", "first_token_timeout",
 # setting add its key here.
 UI_KEYS: dict[str, tuple[type | tuple[type, ...], tuple[float, float] | None]] = {
     "theme": (str, None),
-    "refresh": ((int, float), (0.1, 60.0)),  # screen refresh period, seconds
+    "refresh": ((int, float, str), (0.1, 60.0)),  # screen refresh period: a duration
 }
 ENGINE_KEYS: dict[str, tuple[type | tuple[type, ...], tuple[float, float] | None]] = {
-    "window": ((int, float), (1.0, 86_400.0)),  # seconds of the rolling window
+    "window": ((int, float, str), (1.0, 86_400.0)),  # the rolling window: a duration
     "max_samples": (int, (1, 100_000)),
     "include_client_limited": (bool, None),  # count client_limited probes in the percentiles
 }
 SETTINGS_TABLES = {"ui": UI_KEYS, "engine": ENGINE_KEYS}
+# Settings that take a duration ("30s", "5m" or seconds): read with lpxtop.durations, kept as seconds.
+DURATION_SETTINGS = {"refresh", "window"}
 
 # RFC 9110 field names are tokens; values may not hold CR, LF or NUL (they would split the request:
 # header injection) nor anything outside Latin-1 (they cannot be sent).
@@ -139,14 +129,15 @@ _HEADER_VALUE_BAD = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def check_seconds(value: object, what: str) -> float:
-    """`value` as a number of seconds, or a ConfigError saying why not (NaN, Infinity, out of range)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{what} must be a number of seconds, got {value!r}")
-    number = float(value)
-    if not math.isfinite(number) or not MIN_SECONDS <= number <= MAX_SECONDS:
-        raise ConfigError(f"{what} must be a number of seconds between {MIN_SECONDS:g} and {MAX_SECONDS:g}, "
-                          f"got {value!r}")
-    return number
+    """`value` as seconds (a number, or a duration such as "30s", "2m"), or a ConfigError saying why not
+    (NaN, Infinity, out of range)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ConfigError(f"{what} must be a duration (30s, 2m, or a number of seconds), got {value!r}")
+    try:
+        return parse_duration(value, low=MIN_SECONDS, high=MAX_SECONDS)
+    except DurationError:
+        raise ConfigError(f"{what} must be a duration between {format_duration(MIN_SECONDS)} and "
+                          f"{format_duration(MAX_SECONDS)} (30s, 2m, or a number of seconds), got {value!r}") from None
 
 
 def check_header(name: object, value: object) -> None:
@@ -383,11 +374,18 @@ def _traces_section(value: object, locate: _Locator) -> dict:
 
 def _check_settings(table: str, values: dict, locate: _Locator) -> None:
     known = SETTINGS_TABLES[table]
-    for key, value in values.items():
+    for key, value in list(values.items()):
         where = locate(table, None, key)
         if key not in known:
             raise ConfigError(f"{where}: [{table}]: unknown key {key!r} (known keys: {', '.join(known)})")
         types, limits = known[key]
+        if key in DURATION_SETTINGS and limits is not None and not isinstance(value, bool):
+            try:
+                values[key] = parse_duration(value, low=limits[0], high=limits[1])  # type: ignore[arg-type]
+            except DurationError:
+                raise ConfigError(f"{where}: [{table}]: key {key!r} must be a duration between "
+                                  f"{format_duration(limits[0])} and {format_duration(limits[1])}, got {value!r}") from None
+            continue
         if isinstance(value, bool) != (types is bool) or not isinstance(value, types):
             raise ConfigError(f"{where}: [{table}]: key {key!r} must be {_type_name(types)}, got {value!r}")
         if limits is not None and not (math.isfinite(value) and limits[0] <= value <= limits[1]):
@@ -426,6 +424,10 @@ def _endpoint_fields(table: object, where, *, allow_identity: bool) -> dict:
             raise ConfigError(f"{where(key)}: key {key!r} must be {_type_name(types)}, not a boolean")
         if not isinstance(value, types):
             raise ConfigError(f"{where(key)}: key {key!r} must be {_type_name(types)}, got {value!r}")
+        if key == "api_key_env" and not is_env_name(value):
+            raise ConfigError(f"{where(key)}: key 'api_key_env' takes the NAME of an environment variable that holds "
+                              "the key (such as \"OPENAI_API_KEY\"); this value is not a variable name (not shown: it "
+                              "may be the key itself)")
         if key == "api" and value not in API_KINDS:
             raise ConfigError(f"{where(key)}: key 'api' must be \"chat\", \"completions\" or \"dify\", got {value!r}")
         if key == "probe":

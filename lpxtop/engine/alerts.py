@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lpxtop.durations import DurationError, parse_duration
 from lpxtop.engine.accel.energy import gpus_of_endpoint
 from lpxtop.model.alerts import Alert
 from lpxtop.model.gpu import THROTTLE_TEXT, GpuDevice, GpuSnapshot
@@ -79,6 +80,11 @@ class AlertThresholds:
             key = str(raw_key).replace("-", "_")
             if key not in known:
                 raise ValueError(f"unknown alert threshold {raw_key!r}; known: {', '.join(sorted(known))}")
+            if key.endswith("_s") and isinstance(value, str):  # a duration: "60s", "5m"
+                try:
+                    value = parse_duration(value)
+                except DurationError as exc:
+                    raise ValueError(f"alert threshold {raw_key!r}: {exc}") from None
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"alert threshold {raw_key!r} must be a number, got {value!r}")
             if known[key].type in (int, "int"):
@@ -138,12 +144,12 @@ THRESHOLD_FLAGS: tuple[tuple[str, str, str], ...] = (
     (
         "--projection-horizon",
         "projection_horizon_s",
-        "warn when GPU memory is projected to be full within this many seconds (default 60)",
+        "warn when GPU memory is projected to be full within this long (default 1m)",
     ),
     (
         "--projection-window",
         "projection_fit_window_s",
-        "seconds of GPU memory history the projection fits a line to (default 30)",
+        "how much GPU memory history the projection fits a line to (default 30s)",
     ),
     (
         "--kv-saturation",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from lpxtop.engine.diagnosis import model_matches, model_not_served, nothing_listens
 from lpxtop.engine.procinfo import (
     ListenScan,
     ProcessScanner,
@@ -38,21 +39,6 @@ def is_root() -> bool:
     monkeypatch `os.geteuid`."""
     geteuid = getattr(os, "geteuid", None)
     return geteuid is not None and geteuid() == 0
-
-
-def model_matches(expected: str, served: Sequence[str]) -> bool:
-    """Whether the configured model is among the served ids.
-
-    Lenient about what servers add on their side: case, Ollama's default ``:latest`` tag, and an
-    organisation prefix (``meta-llama/Llama-3-8B`` serves ``Llama-3-8B``, and the other way round).
-    """
-
-    def forms(model: str) -> set[str]:
-        m = model.strip().lower().removesuffix(":latest")
-        return {m, m.rsplit("/", 1)[-1]}
-
-    wanted = forms(expected)
-    return any(wanted & forms(s) for s in served)
 
 
 @dataclass(frozen=True)
@@ -167,8 +153,7 @@ class PortMonitor:
                 return PortStatus(
                     port,
                     "down",
-                    f"nothing listens on {ep.host}:{port} — is the server running? "
-                    "(start it, or check --port)",
+                    nothing_listens(f"{ep.host}:{port}"),
                     **base,
                 )
             if not scan.complete:
@@ -235,8 +220,7 @@ class PortMonitor:
             return PortStatus(
                 port,
                 "model_mismatch",
-                f"port {port} serves {', '.join(models)}, expected {ep.model}: a stale server? "
-                f"PID {main} ({desc}) — stop it, or fix the endpoint's model",
+                f"{model_not_served(ep.model, models)} — port {port}, PID {main} ({desc})",
                 **base,
             )
         if restart is not None:

@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypeVar
 from lpxtop import __version__
 from lpxtop.engine.accel.energy import EnergyMeter
 from lpxtop.engine.agent.prober import AgentProber, wants_agent, wants_chat, with_agent
+from lpxtop.engine.diagnosis import model_matches, model_not_served, no_model_listed
 from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.engine.probe.clientlimit import LoopLag, ThreadCpuWait
@@ -60,6 +61,11 @@ HEARTBEAT_S = 1.0
 WORKER_THREADS = 3  # asyncio.to_thread pool: GPU, host and ports, and the endpoints' /metrics parsing
 MODELS_TIMEOUT_S = 5.0  # GET /v1/models as a whole, or the endpoint's --timeout when shorter (a trickle is cut)
 MODELS_RECHECK_S = 60.0
+# At start, the /metrics scrapes, the GPU reading and the port and host scan wait for every endpoint's first
+# probe (at most this long): they would compete with it for the interpreter (its timestamps) and delay the
+# first figures on screen, which are the probes'.
+FIRST_PROBES_GRACE_S = 1.0
+MODEL_REFUSAL_KINDS = ("http_404", "http_4xx")  # how servers refuse a model they do not serve (404; some 400)
 # `once`: the mean gap between probes when --interval is not given, and between scrapes while probing
 ONCE_INTERVAL_S = 0.2
 ONCE_SCRAPE_MEAN_S = 0.25
@@ -260,6 +266,7 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Event | None = None
+        self._first_probes: asyncio.Event | None = None  # set once every endpoint's first probe is in
         self._ready = threading.Event()
         self._listeners: list[Callable[[EngineEvent], None]] = []
         self._rng = random.Random(self.settings.seed)
@@ -273,6 +280,12 @@ class Engine:
 
     def snapshot(self) -> Snapshot:
         return self._snapshot
+
+    def warming_up(self) -> bool:
+        """True until every endpoint has its first probe's figures (or failure) published: a screen may read
+        snapshots more often meanwhile, so the first figures show as soon as they exist."""
+        snap = self._snapshot  # immutable: safe to read from the UI's thread
+        return not snap.endpoints or any(e.probes_sent == 0 for e in snap.endpoints)
 
     def set_paused(self, paused: bool) -> None:
         self._call(self._set_paused, paused)
@@ -364,6 +377,9 @@ class Engine:
 
         self._open_lateness()
         try:
+            # collectors made on first use are built now, before any probe is in flight (assemble.Later)
+            for source in (self._gpu, self._ports, self._host):
+                await _within(_prepare(source), left(ONCE_REPORT_RESERVE_S), "collector set-up")
             async with self._client() as client:
                 if self._discover is not None and not self._configs:
                     await _within(self._run_discovery(client), left(ONCE_REPORT_RESERVE_S), "discovery")
@@ -486,9 +502,12 @@ class Engine:
             self._close_lateness()
 
     async def _run(self, stopping: asyncio.Event) -> None:
+        self._first_probes = asyncio.Event()
+        asyncio.get_running_loop().call_later(FIRST_PROBES_GRACE_S, self._first_probes.set)
         async with self._client() as client:
             for config in self._configs:
                 self._start_endpoint(self._add_state(config), client)
+            self._check_first_probes()
             background = [
                 asyncio.create_task(self._gpu_loop()),
                 asyncio.create_task(self._system_loop()),
@@ -593,6 +612,8 @@ class Engine:
                 sample, late = await self._watch_lateness(state, lambda: self._run_probe(state, client, model))
                 if late:
                     sample = replace(sample, client_limited=True)
+                if not sample.ok:
+                    sample = await self._name_served_models(state, sample, model)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bug in one probe must not stop the others
@@ -647,6 +668,30 @@ class Engine:
         self._dirty = True
         if self._listeners:
             self._emit(SampleEvent(state.config.name, sample))
+        if state.window.sent == 1 and self._thread is not None:
+            self._publish_now()  # an endpoint's first figures go out at once, not at the next publish tick
+            self._check_first_probes()
+
+    def _check_first_probes(self) -> None:
+        """Let the scrapes and collectors start once every probing endpoint has its first probe in."""
+        event = self._first_probes
+        if event is not None and not event.is_set() and not any(
+            self.settings.probes and wants_chat(s.config) and s.window.sent == 0 for s in self._states.values()
+        ):
+            event.set()
+
+    async def _after_first_probes(self) -> None:
+        if self._first_probes is not None:
+            await self._first_probes.wait()
+
+    def _publish_now(self) -> None:
+        """Publish a snapshot now (on the loop, after the measurement is done); the publish loop goes on."""
+        self._dirty = False
+        try:
+            self._publish(self._build_snapshot())
+        except Exception:  # noqa: BLE001
+            log.exception("snapshot failed")
+            self._dirty = True
 
     async def _agent_step(self, state: _EndpointState, client: HttpClient) -> None:
         prober = state.agent
@@ -684,12 +729,12 @@ class Engine:
     async def _resolve_model(self, state: _EndpointState, client: HttpClient) -> tuple[str | None, str | None]:
         """The model to send. Once a model is known (configured, or listed before) the probe does not wait:
         GET /v1/models (for the ports' mismatch check) runs beside it now and then. Without one, the
-        probe needs its answer."""
+        probe needs its answer, so each probe asks until a model is known, and a failure keeps its own
+        kind (`refused`, `tls`, `http_401` ...: engine/diagnosis.py says what to do)."""
         now = time.monotonic()
-        if state.models_known and now - state.models_checked_at < MODELS_RECHECK_S:
-            return state.model, None if state.model is not None else "http_404: GET /models listed no model; pass --model"
         if state.model is not None:
-            if state.models_task is None or state.models_task.done():
+            stale = not state.models_known or now - state.models_checked_at >= MODELS_RECHECK_S
+            if stale and (state.models_task is None or state.models_task.done()):
                 state.models_checked_at = now
                 state.models_task = asyncio.create_task(self._check_models(state, client),
                                                         name=f"models:{state.config.name}")
@@ -697,8 +742,24 @@ class Engine:
         state.models_checked_at = now
         error = await self._check_models(state, client)
         if state.model is None:
-            return None, error or "http_404: GET /models listed no model; pass --model"
+            return None, error or f"no_model: {no_model_listed(state.config)}"
         return state.model, None
+
+    async def _name_served_models(self, state: _EndpointState, sample: Sample, model: str | None) -> Sample:
+        """A probe refused for its model (a typo in --model, most often): say which models the server does serve,
+        from GET /v1/models (waiting, bounded, for the check that runs beside the first probe)."""
+        if sample.error_kind not in MODEL_REFUSAL_KINDS or model is None:
+            return sample
+        task = state.models_task
+        if task is not None and not task.done():
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(task), MODELS_TIMEOUT_S)
+        served = state.served_models
+        if not served or model_matches(model, served) or (
+            sample.error_kind != "http_404" and "model" not in (sample.error_message or "").lower()
+        ):
+            return sample
+        return replace(sample, error_message=model_not_served(model, served))
 
     async def _check_models(self, state: _EndpointState, client: HttpClient) -> str | None:
         """Ask GET /v1/models, bounded as a whole (as the endpoint's requests are); returns the error, if any."""
@@ -726,6 +787,7 @@ class Engine:
             if not self._paused:
                 await self._scrape(state, client)
 
+        await self._after_first_probes()
         await self._every(state.config.metrics_interval_s, scrape_unless_paused)
 
     async def _scrape(self, state: _EndpointState, client: HttpClient, *, histograms: bool = False) -> None:
@@ -751,6 +813,8 @@ class Engine:
 
     async def _gpu_loop(self) -> None:
         if self._gpu is not None:
+            await self._after_first_probes()
+            await _prepare(self._gpu)
             await self._every(self.settings.gpu_interval_s, self._collect_gpu)
 
     async def _collect_gpu(self) -> None:
@@ -773,6 +837,9 @@ class Engine:
                 self._emit(GpuEvent(time.time(), self._gpu_snapshot))
 
     async def _system_loop(self) -> None:
+        await self._after_first_probes()
+        await _prepare(self._ports)
+        await _prepare(self._host)
         await self._every(self.settings.system_interval_s, self._collect_host_and_ports)
 
     async def _collect_host_and_ports(self) -> None:
@@ -922,6 +989,17 @@ def client_was_late(lag_ns: int, wait_ns: int | None, took_ns: int) -> bool:
     if lag_ns > CLIENT_LAG_LIMIT_NS:
         return True
     return wait_ns is not None and wait_ns > max(CLIENT_CPU_WAIT_MIN_NS, CLIENT_CPU_WAIT_SHARE * took_ns)
+
+
+async def _prepare(source: object) -> None:
+    """Build a collector made on first use (assemble.Later) on a worker thread: its imports and set-up hold
+    the interpreter lock there, where the probe loop's thread takes it back within a switch interval."""
+    prepare = getattr(source, "prepare", None) if source is not None else None
+    if prepare is not None:
+        try:
+            await asyncio.to_thread(prepare)
+        except Exception:  # noqa: BLE001 - its first collection will say what is wrong
+            log.exception("collector set-up failed")
 
 
 async def _within(work: Awaitable[Any], seconds: float, what: str) -> None:

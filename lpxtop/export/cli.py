@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 
+from lpxtop.arguments import ArgumentParser
 from lpxtop.config import ConfigError
 from lpxtop.engine.http_proxy import is_loopback
 
@@ -54,7 +55,7 @@ def _positive_float(text: str) -> float:
 def build_parser(command: str) -> argparse.ArgumentParser:
     from lpxtop.cli import _add_endpoint_flags
 
-    parser = argparse.ArgumentParser(prog=f"lpxtop {command}", description=DESCRIPTION, epilog=EPILOG,
+    parser = ArgumentParser(prog=f"lpxtop {command}", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_endpoint_flags(parser)
     add_exporter_flags(parser, with_listen=True)
@@ -72,8 +73,8 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, with_listen: bool) ->
                        "interface, which lets anyone who reaches it use /probe)")
     g.add_argument("--host-label", metavar="NAME", help="the `host` label on every series (default: this host's name)")
     g.add_argument("--no-probe-endpoint", action="store_true", help="answer /probe with 404")
-    g.add_argument("--probe-timeout", type=_positive_float, metavar="SECONDS",
-                   help="a /probe's time when the scraper sends no X-Prometheus-Scrape-Timeout-Seconds (default 10)")
+    g.add_argument("--probe-timeout", type=_positive_float, metavar="DURATION",
+                   help="a /probe's time when the scraper sends no X-Prometheus-Scrape-Timeout-Seconds (default 10s)")
 
 
 def exporter_settings(args: argparse.Namespace, table: dict, config_path: str | None, listen: str | None):

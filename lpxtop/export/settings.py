@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lpxtop.config import ConfigError
+from lpxtop.durations import DurationError, format_duration, parse_duration
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 # OpenTelemetry's Prometheus exporter uses 9464 too: on a host that runs one, pass --listen with another port.
@@ -142,10 +143,14 @@ def settings_from_table(table: Mapping[str, object], path: str | Path | None = N
                 raise ConfigError(f"{where(key)}: [exporter]: key 'probe' must be true or false")
             values["probe_enabled"] = value
         elif key == "probe_timeout":
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_PROBE_TIMEOUT_S:
-                raise ConfigError(f"{where(key)}: [exporter]: key 'probe_timeout' must be seconds in (0, "
-                                  f"{MAX_PROBE_TIMEOUT_S:g}], got {value!r}")
-            values["probe_timeout_s"] = float(value)
+            try:
+                seconds = parse_duration(value, low=0.0, high=MAX_PROBE_TIMEOUT_S)  # type: ignore[arg-type]
+                if seconds <= 0:
+                    raise DurationError(f"{value!r} is not a positive duration")
+            except DurationError as exc:
+                raise ConfigError(f"{where(key)}: [exporter]: key 'probe_timeout' must be a duration in (0s, "
+                                  f"{format_duration(MAX_PROBE_TIMEOUT_S)}] (10s, 500ms, or seconds): {exc}") from None
+            values["probe_timeout_s"] = seconds
     for key, value in overrides.items():
         if value is not None:
             values[key] = value

@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+from lpxtop.arguments import ArgumentParser, env_name
+
 DESCRIPTION = """\
 Open the dashboard on a whole fleet, read back from Prometheus: one row per host x endpoint of every
 lpxtop exporter Prometheus scrapes (TTFT p50/p99 by histogram_quantile over the window, error %,
@@ -33,7 +35,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     from lpxtop.cli import _positive_int
     from lpxtop.cli import _seconds as _positive_float  # finite, within lpxtop's bounds for seconds
 
-    parser = argparse.ArgumentParser(prog=f"lpxtop {command}", description=DESCRIPTION, epilog=EPILOG,
+    parser = ArgumentParser(prog=f"lpxtop {command}", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     g = parser.add_argument_group("Prometheus")
     g.add_argument("-p", "--prometheus", metavar="URL", help="Prometheus' base URL (http://prom:9090)")
@@ -45,13 +47,13 @@ def build_parser(command: str) -> argparse.ArgumentParser:
                    help="window of the table's figures, as PromQL writes it (default 5m, lpxtop's own window)")
     g.add_argument("--chart-rate", default="1m", metavar="DURATION",
                    help="rate window of each chart point (default 1m)")
-    g.add_argument("--refresh", type=_positive_float, default=5.0, metavar="SECONDS",
-                   help="ask Prometheus this often (default 5)")
-    g.add_argument("--timeout", type=_positive_float, default=5.0, metavar="SECONDS",
-                   help="time limit of each query (default 5)")
+    g.add_argument("--refresh", type=_positive_float, default=5.0, metavar="DURATION",
+                   help="ask Prometheus this often (default 5s)")
+    g.add_argument("--timeout", type=_positive_float, default=5.0, metavar="DURATION",
+                   help="time limit of each query (default 5s)")
     g.add_argument("--max-series", type=_positive_int, default=2000, metavar="N",
                    help="series kept per query; more are cut, and said so (default 2000)")
-    g.add_argument("--prometheus-token-env", metavar="VAR",
+    g.add_argument("--prometheus-token-env", type=env_name, metavar="VAR",
                    help="environment variable holding a bearer token for Prometheus (never shown)")
     o = parser.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print the fleet once as JSON (schema 1, each endpoint "

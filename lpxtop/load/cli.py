@@ -16,7 +16,9 @@ import threading
 import time
 from dataclasses import replace
 
+from lpxtop.arguments import ArgumentParser, env_name
 from lpxtop.config import ConfigError, normalize_url
+from lpxtop.durations import DurationError, format_duration, parse_duration
 from lpxtop.engine.http_proxy import is_loopback
 from lpxtop.load.plan import (
     CPU_WAIT_LIMIT,
@@ -58,10 +60,24 @@ the finished steps is still written, the step under way marked partial).
 """
 
 
-def build_parser(command: str) -> argparse.ArgumentParser:
-    from lpxtop.cli import _add_ui_flags, _positive_float, _positive_int
+def _milliseconds(text: str) -> float:
+    """An argparse type: a duration in milliseconds (a plain number counts as ms: `--client-lag-limit 50`)."""
+    try:
+        ms = round(parse_duration(text, low=0.0, high=3600.0, bare_unit=0.001) * 1000.0, 9)
+    except DurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if ms <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return ms
 
-    parser = argparse.ArgumentParser(
+
+def build_parser(command: str) -> argparse.ArgumentParser:
+    from lpxtop.cli import _add_ui_flags, _positive_float, _positive_int, duration_between
+    from lpxtop.config import MAX_SECONDS, MIN_SECONDS
+
+    seconds = duration_between(MIN_SECONDS, MAX_SECONDS)
+
+    parser = ArgumentParser(
         prog="lpxtop load",
         description="Run a load test against an OpenAI-compatible endpoint, step by step (closed-loop "
         "concurrency, open-loop request rate or prompt length), judge each step against an SLO, search for "
@@ -82,10 +98,11 @@ def build_parser(command: str) -> argparse.ArgumentParser:
                       help=f"max_tokens of every request (default {DEFAULT_OUTPUT_TOKENS})")
     load.add_argument("--ignore-eos", action="store_true",
                       help="ask the server not to stop before --output-tokens (vLLM, llama.cpp honour it)")
-    load.add_argument("--duration", type=_positive_float, default=DEFAULT_DURATION_S, metavar="SECONDS",
-                      help=f"measured window of each step (default {DEFAULT_DURATION_S:g})")
-    load.add_argument("--warmup", type=float, default=DEFAULT_WARMUP_S, metavar="SECONDS",
-                      help=f"load held before each step's window, not counted (default {DEFAULT_WARMUP_S:g})")
+    load.add_argument("--duration", type=duration_between(MIN_SECONDS, 86_400.0), default=DEFAULT_DURATION_S,
+                      metavar="DURATION",
+                      help=f"measured window of each step: 30s, 2m, ... (default {format_duration(DEFAULT_DURATION_S)})")
+    load.add_argument("--warmup", type=duration_between(0.0, 86_400.0), default=DEFAULT_WARMUP_S, metavar="DURATION",
+                      help=f"load held before each step's window, not counted (default {format_duration(DEFAULT_WARMUP_S)})")
     load.add_argument("--burstiness", type=_positive_float, default=1.0, metavar="B",
                       help="open loop: gamma shape of the arrival gaps as vllm bench serve (1 = Poisson, <1 burstier)")
     load.add_argument("--max-concurrency", type=_positive_int, default=DEFAULT_MAX_CONCURRENCY, metavar="N",
@@ -108,17 +125,17 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     target.add_argument("-m", "--model", help="model to request (default: the first one /v1/models lists)")
     target.add_argument("--api", choices=("chat", "completions"), default="chat",
                         help="/v1/chat/completions (default) or /v1/completions")
-    target.add_argument("--api-key-env", metavar="VAR",
+    target.add_argument("--api-key-env", type=env_name, metavar="VAR",
                         help="environment variable that holds the API key (never shown or written)")
     target.add_argument("--prompt", help="prompt without --input-tokens (a random prefix is added unless --no-random-prefix)")
     target.add_argument("--no-random-prefix", action="store_true",
                         help="no random prefix per request (prefix caching may then hide prefill time)")
-    target.add_argument("--timeout", type=_positive_float, default=60.0, metavar="SECONDS",
-                        help="whole-request timeout (default 60)")
-    target.add_argument("--first-token-timeout", type=_positive_float, default=30.0, metavar="SECONDS",
-                        help="a request with no token within this time fails (default 30)")
-    target.add_argument("--connect-timeout", type=_positive_float, default=5.0, metavar="SECONDS",
-                        help="connect timeout (default 5)")
+    target.add_argument("--timeout", type=seconds, default=60.0, metavar="DURATION",
+                        help="whole-request timeout (default 1m)")
+    target.add_argument("--first-token-timeout", type=seconds, default=30.0, metavar="DURATION",
+                        help="a request with no token within this time fails (default 30s)")
+    target.add_argument("--connect-timeout", type=seconds, default=5.0, metavar="DURATION",
+                        help="connect timeout (default 5s)")
     target.add_argument("--metrics-url", metavar="URL", help="the server's /metrics when not on the endpoint's host:port")
     target.add_argument("--no-metrics", action="store_true", help="do not read the server's /metrics")
     out = parser.add_argument_group("output")
@@ -136,9 +153,9 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     out.add_argument("-y", "--yes", action="store_true",
                      help="do not ask before loading a target that is not on this machine")
     limits = parser.add_argument_group("lpxtop's own limits")
-    limits.add_argument("--client-lag-limit", type=_positive_float, default=LAG_LIMIT_MS, metavar="MS",
-                        help=f"a step whose requests saw lpxtop's loop later than this (p99) is client-limited "
-                        f"(default {LAG_LIMIT_MS:g})")
+    limits.add_argument("--client-lag-limit", type=_milliseconds, default=LAG_LIMIT_MS, metavar="DURATION",
+                        help=f"a step whose requests saw lpxtop's loop later than this (p99) is client-limited: "
+                        f"20ms, 0.1s, or a plain number of milliseconds (default {LAG_LIMIT_MS:g}ms)")
     limits.add_argument("--client-cpu-wait-limit", type=_positive_float, default=CPU_WAIT_LIMIT, metavar="SHARE",
                         help="... or whose thread waited for a CPU more than this share of the step "
                         f"(default {CPU_WAIT_LIMIT:g})")
@@ -243,7 +260,7 @@ def describe(plan: LoadPlan) -> str:
     n = plan.approximate_requests()
     tokens = f"{plan.output_tokens} output tokens each" + (f", ~{plan.input_tokens} input" if plan.input_tokens else "")
     lines = [f"lpxtop load will send {what} to {plan.endpoint.url},",
-             f"each step {plan.warmup_s:g} s warm-up + {plan.duration_s:g} s measured, {tokens}"]
+             f"each step {format_duration(plan.warmup_s)} warm-up + {format_duration(plan.duration_s)} measured, {tokens}"]
     if n is not None:
         lines.append(f"about {n} requests and {n * plan.output_tokens} output tokens in all.")
     return "\n".join(lines)
@@ -455,7 +472,7 @@ class _Progress:
             if key not in self._printed:
                 self._printed.add(key)
                 print(f"lpxtop load: step {state.step_index + 1}: {format_level(state.mode, state.level)}, "
-                      f"measuring for {state.duration_s:g} s", file=sys.stderr, flush=True)
+                      f"measuring for {format_duration(state.duration_s)}", file=sys.stderr, flush=True)
         for step in state.steps:
             key = ("done", step.index)
             if key in self._printed:

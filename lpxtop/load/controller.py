@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import IO, Any
 
+from lpxtop.engine.diagnosis import no_model_listed
 from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.engine.probe.clientlimit import LoopLag, ThreadCpuWait
@@ -236,7 +237,7 @@ class LoadController:
             if error and not ids:
                 raise TargetDown(f"{endpoint.url}: GET /models failed: {error}")
             if not ids:
-                raise TargetDown(f"{endpoint.url}: GET /models listed no model; pass --model")
+                raise TargetDown(f"{endpoint.url}: {no_model_listed(endpoint)}")
             self.model = ids[0]
         if plan.uses_input_tokens:
             await self._calibrate(client)

@@ -147,5 +147,6 @@ ERROR_KINDS = (
     "error_event",
     "not_streamed",  # one JSON body (or a page) instead of an event stream: see engine/probe/reads.py body_error
     "empty",
+    "no_model",  # GET /models answered an empty list and no model was named: nothing to ask for
     "other",
 )

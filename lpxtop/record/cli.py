@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+from lpxtop.arguments import ArgumentParser
 from lpxtop.config import ConfigError
 
 FMT = argparse.RawDescriptionHelpFormatter
@@ -52,10 +53,10 @@ def run(command: str, args: argparse.Namespace) -> int:
 # ---- record ----
 
 def _record_parser() -> argparse.ArgumentParser:
-    from lpxtop.cli import _add_endpoint_flags
+    from lpxtop.cli import _add_endpoint_flags, duration_between
     from lpxtop.record.settings import add_retention_flags
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="lpxtop record",
         description="Record the endpoints' probes, server metrics, GPU, host and ports without the dashboard "
         "(for boxes without tmux, systemd units or a CI job), until --duration ends, Ctrl-C or SIGTERM. "
@@ -67,8 +68,8 @@ def _record_parser() -> argparse.ArgumentParser:
     g = parser.add_argument_group("recording")
     g.add_argument("-o", "--out", metavar="FILE",
                    help="the file to write (default: a new one in $XDG_STATE_HOME/lpxtop, ~/.local/state/lpxtop)")
-    g.add_argument("-d", "--duration", metavar="DURATION", help="stop after this long (90s, 15m, 1h; default: "
-                   "until Ctrl-C or SIGTERM)")
+    g.add_argument("-d", "--duration", type=duration_between(0.001, 1e9), metavar="DURATION",
+                   help="stop after this long (90s, 15m, 1h; default: until Ctrl-C or SIGTERM)")
     g.add_argument("-q", "--quiet", action="store_true", help="print only the file's path")
     add_retention_flags(g)
     _add_endpoint_flags(parser)
@@ -80,12 +81,13 @@ def _record_parser() -> argparse.ArgumentParser:
 
 def _run_record(args: argparse.Namespace) -> int:
     from lpxtop.cli import _engine_for, _load, _otlp_for, _stop_otlp
+    from lpxtop.durations import format_duration
     from lpxtop.record.recorder import Recorder
-    from lpxtop.record.retention import format_size, parse_duration
+    from lpxtop.record.retention import format_size
     from lpxtop.record.settings import resolve
     from lpxtop.record.store import RecordingError, RecordingExists
 
-    duration = parse_duration(args.duration) if args.duration else None
+    duration = args.duration
     file_config = _load(args)
     settings = resolve(args, file_config.record, enabled=True, path=args.out)
     engine = _engine_for(args, file_config)
@@ -107,7 +109,7 @@ def _run_record(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     if not args.quiet:
         what = f"{len(file_config.endpoints)} endpoint(s)" if file_config.endpoints else "the endpoints found here"
-        until = f"for {args.duration}" if duration else "until Ctrl-C"
+        until = f"for {format_duration(duration)}" if duration else "until Ctrl-C"
         print(f"lpxtop record: recording {what} to {path} {until} ({settings.retention.describe()})",
               file=sys.stderr)
     began = time.monotonic()
@@ -145,7 +147,7 @@ def _replay_parser() -> argparse.ArgumentParser:
     from lpxtop.cli import _add_ui_flags
     from lpxtop.record.timeparse import HELP
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="lpxtop replay",
         description="Open the dashboard on a recording, with a time bar: every panel and the detail screen show "
         "what they showed live at that moment.\n\nkeys: space play/pause, ← → step 10 s (shift: 1 min), "
@@ -212,7 +214,7 @@ def _export_parser() -> argparse.ArgumentParser:
     from lpxtop.record.export import FORMATS, WHAT
     from lpxtop.record.timeparse import HELP
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="lpxtop export",
         description="Write a recording as plain data: CSV or JSON lines for notebooks and spreadsheets, or "
         "OpenMetrics text that `promtool tsdb create-blocks-from openmetrics FILE DIR` turns into Prometheus "

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lpxtop import durations
 from lpxtop.record.fileformat import is_recording
 
 DEFAULT_RETAIN_S = 48 * 3600.0
@@ -24,27 +25,15 @@ SUFFIX = ".lpxrec"
 # leaves it alone (the age limit cannot reach it anyway).
 IN_USE_S = 600.0
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h|d|w)?", re.IGNORECASE)
-_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0,
-          "w": 7 * 86400.0}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
 
 
 def parse_duration(text: str) -> float:
-    """Seconds from "90", "90s", "15m", "48h", "2d", "1h30m"; ValueError with a hint otherwise."""
-    raw = text.strip().lower()
-    pos, total = 0, 0.0
-    while pos < len(raw):
-        m = _DURATION.match(raw, pos)
-        if m is None or m.end() == pos:
-            raise ValueError(f"{text!r} is not a duration (examples: 90s, 15m, 48h, 2d, 1h30m)")
-        total += float(m.group(1)) * _UNITS[m.group(2).lower() if m.group(2) else None]
-        pos = m.end()
-        while pos < len(raw) and raw[pos] == " ":
-            pos += 1
-    if not raw or total <= 0:
+    """Seconds from "90", "90s", "15m", "48h", "2d", "1h30m" (lpxtop.durations); ValueError unless positive."""
+    seconds = durations.parse_duration(text)
+    if seconds <= 0:
         raise ValueError(f"{text!r} is not a positive duration (examples: 90s, 15m, 48h, 2d)")
-    return total
+    return seconds
 
 
 def parse_size(text: str) -> int:

@@ -8,6 +8,7 @@ import contextlib
 import signal
 import sys
 
+from lpxtop.arguments import ArgumentParser
 from lpxtop.engine.traces.otlp import OtelUnavailable
 from lpxtop.sim.config import SimConfig, parse_background_load, parse_wave_load
 from lpxtop.sim.server import SimServer
@@ -171,7 +172,7 @@ async def _serve(config: SimConfig, host: str, port: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m lpxtop.sim`: the same flags as `lpxtop sim`."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m lpxtop.sim", description="Simulated vLLM-like inference server."
     )
     add_sim_arguments(parser)

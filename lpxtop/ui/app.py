@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping
 
 from textual.app import App
@@ -40,6 +41,11 @@ REFRESH_S = 2.0
 POLL_AFTER_COMMAND_S = PUBLISH_EVERY_S + 0.1
 
 
+
+# Until the first figures are on screen, the snapshot is read this often (a read is an attribute read; a
+# repaint happens only for a new snapshot), for at most FIRST_FIGURES_POLL_MAX_S: see `_poll_first_figures`.
+FIRST_FIGURES_POLL_S = 0.05
+FIRST_FIGURES_POLL_MAX_S = 10.0
 
 # Seconds after the first frame when the objects made at start-up (modules, widgets, styles: ~50,000)
 # are set aside from the garbage collector; see _freeze_startup_objects.
@@ -155,8 +161,19 @@ class LpxtopApp(ReplayActions, App):
             self._rerender_screen()
         if self.poll_enabled:
             self.set_interval(self.refresh_s, self.poll, name="snapshot-poll")
+            if callable(getattr(self.source, "warming_up", None)):
+                self._first_figures_until = time.monotonic() + FIRST_FIGURES_POLL_MAX_S
+                self._first_figures_timer = self.set_interval(FIRST_FIGURES_POLL_S, self._poll_first_figures,
+                                                              name="first-figures-poll")
         if self.comparison is not None:
             self.action_compare()
+
+    def _poll_first_figures(self) -> None:
+        """Read snapshots often while the source is still warming up (the live engine: until every endpoint's
+        first probe is in), so the first figures show within a poll of being measured, not a refresh later."""
+        self.poll()
+        if not self.source.warming_up() or time.monotonic() > self._first_figures_until:  # type: ignore[attr-defined]
+            self._first_figures_timer.stop()
 
     def on_ready(self) -> None:
         """The first frame is on screen: the caller may now start work that must not compete with start-up."""

@@ -114,7 +114,8 @@ def test_discovery_ends_by_its_deadline_whatever_the_candidates_do():
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e300", "0", "-1"])
 def test_absurd_seconds_on_the_command_line_are_usage_errors(flag, value, capsys):
     assert main(["once", "127.0.0.1:1", f"{flag}={value}"]) == 2
-    assert "must be a number between" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "must be between 10ms and 1h" in err or "not a finite duration" in err or "not a duration" in err
 
 
 def test_absurd_numbers_for_other_flags_are_usage_errors(capsys):

@@ -54,7 +54,7 @@ def test_nothing_listening_is_down():
     assert st.status == "down"
     assert (
         st.detail
-        == f"nothing listens on 127.0.0.1:{port} — is the server running? (start it, or check --port)"
+        == f"nothing listens on 127.0.0.1:{port} — is the server running?"
     )
     assert st.pid is None and st.endpoint == "ep"
 
@@ -114,8 +114,10 @@ def test_sim_answering_another_model_is_a_mismatch(children):
     st = only(PortMonitor().collect([endpoint(port, "qwen-7b")], served_models={"ep": served(port)})[0])
     assert st.status == "model_mismatch"
     assert st.detail.startswith(
-        f"port {port} serves llama-8b, expected qwen-7b: a stale server? PID {proc.pid} ("
+        "the server does not serve model 'qwen-7b'; it serves llama-8b: pass one with --model (or model in the "
+        f"config file) — port {port}, PID {proc.pid} ("
     )
+    assert "stop it" not in st.detail and "stale" not in st.detail  # a typo is no reason to stop a server
     assert st.served_models == ("llama-8b",) and st.expected_model == "qwen-7b"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from lpxtop import textsafe
+from lpxtop.engine.diagnosis import MODELS_REQUEST, explain
 from lpxtop.engine.httpclient import (
     BodyTooLarge,
     ConnectTimeout,
@@ -25,6 +26,18 @@ MODELS_MAX_BYTES = 4 * 1024 * 1024
 
 async def fetch_models(
     client: HttpClient, endpoint: EndpointConfig, timeout_s: float = MODELS_TIMEOUT_S
+) -> tuple[tuple[str, ...], str | None]:
+    """Model ids from GET /v1/models, or () and a classified '<kind>: <message>' error whose message says
+    what to do (engine/diagnosis.py). Never raises (except CancelledError)."""
+    ids, error = await _ask_models(client, endpoint, timeout_s)
+    if error is not None:
+        kind, _, message = error.partition(": ")
+        error = f"{kind}: {textsafe.scrub(explain(kind, message, endpoint, request=MODELS_REQUEST))}"
+    return ids, error
+
+
+async def _ask_models(
+    client: HttpClient, endpoint: EndpointConfig, timeout_s: float
 ) -> tuple[tuple[str, ...], str | None]:
     """Model ids from GET /v1/models, or () and a classified '<kind>: <message>' error. Never raises
     (except CancelledError).

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from lpxtop import textsafe
+from lpxtop.engine.diagnosis import explain
 from lpxtop.engine.httpclient import ConnectTimeout, HttpClient, HttpTimeout, PoolTimeout, Timeout
 from lpxtop.engine.probe.errors import StreamError, classify_exception, raise_http_error
 from lpxtop.engine.probe.reads import BatchedReads
@@ -107,6 +108,8 @@ async def measured_stream(
         out.fail(*classify_exception(exc, started_stream=started), out.status or getattr(exc, "status_code", None))
     finally:
         watchdog.disarm()
+    if out.error_kind is not None and out.error_message:  # the cause in words a person acts on
+        out.error_message = explain(out.error_kind, out.error_message, endpoint, status=out.status)
     return out
 
 
