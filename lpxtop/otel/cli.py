@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from lpxtop.config import ConfigError
+from lpxtop.durations import DurationError, parse_duration
 from lpxtop.otel.settings import MAX_INTERVAL_S, MIN_INTERVAL_S, parse_share, resolve
 
 MISSING = ("OpenTelemetry export needs the OpenTelemetry packages, which this installation lacks: "
@@ -24,20 +25,18 @@ def _share(text: str) -> float:
 
 def _interval(text: str) -> float:
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not MIN_INTERVAL_S <= value <= MAX_INTERVAL_S:  # also refuses NaN
-        raise argparse.ArgumentTypeError(f"{text!r} must be between {MIN_INTERVAL_S:g} and {MAX_INTERVAL_S:g} s")
-    return value
+        return parse_duration(text, low=MIN_INTERVAL_S, high=MAX_INTERVAL_S)
+    except DurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_otlp_flags(parser: argparse.ArgumentParser, *, load: bool = False) -> None:
     """The OpenTelemetry flags, in a group of their own."""
     g = parser.add_argument_group(
         "OpenTelemetry export (also [otlp] in the config file; docs/opentelemetry.md)",
-        "Send every probe as GenAI-convention metrics and spans over OTLP/HTTP (protobuf) to URL/v1/metrics\n"
-        "and URL/v1/traces; headers from OTEL_EXPORTER_OTLP_HEADERS (never shown). Needs lpxtop[otel].",
+        "Send every probe as GenAI-convention metrics and spans over OTLP/HTTP\n"
+        "(protobuf) to URL/v1/metrics and URL/v1/traces; headers from\n"
+        "OTEL_EXPORTER_OTLP_HEADERS (never shown). Needs lpxtop[otel].",
     )
     g.add_argument("--otlp", metavar="URL",
                    help="export to this OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318 ([otlp] enabled = true in "
@@ -45,8 +44,8 @@ def add_otlp_flags(parser: argparse.ArgumentParser, *, load: bool = False) -> No
     what = "load-test requests traced (default 0.01: 1 %%)" if load else "probes and agent steps traced (default 1: all)"
     g.add_argument("--otlp-sample", type=_share, metavar="SHARE",
                    help=f"share of {what}, e.g. 0.1 or 10%%; metrics always count every request")
-    g.add_argument("--otlp-interval", type=_interval, metavar="SECONDS",
-                   help="seconds between exports (default 10)")
+    g.add_argument("--otlp-interval", type=_interval, metavar="DURATION",
+                   help="time between exports (default 10s)")
 
 
 def otlp_settings(args: argparse.Namespace, table: dict | None, *, load: bool = False, where: str = "[otlp]"):

@@ -68,6 +68,7 @@ TICK_S = 1.0
 MAX_QUEUED = 10_000  # records waiting for the worker (about 100 s of a 100 req/s load test)
 MAX_PENDING_SPANS = 2048  # spans waiting for an export (the SDK's BatchSpanProcessor queue)
 MAX_BATCH = 512  # spans per export request (the SDK's max_export_batch_size)
+KIND_GRACE_S = 3.0  # how long a record waits for its endpoint's server kind (the provider name)
 HOLD_S = 30.0  # how long a record waits for a snapshot that names its endpoint's model and server
 FLUSH_TIMEOUT_S = 5.0  # what closing may wait for the last export, at most
 MAX_ERROR_CHARS = 300
@@ -268,7 +269,12 @@ class OtlpPipeline:
         for item in items:
             record = item.sample if isinstance(item, SampleEvent) else item.step if isinstance(
                 item, AgentStepEvent) else item[2]
-            known = record.endpoint in self._fixed or (record.endpoint in self._infos and as_of >= record.wall_time)
+            info = self._infos.get(record.endpoint)
+            # shown by a snapshot since the request began, with the server's kind once its first scrape
+            # said it (a first probe leaves before the first scrape; a server with no kind: KIND_GRACE_S)
+            known = record.endpoint in self._fixed or (
+                info is not None and as_of >= record.wall_time
+                and (info.provider not in (None, "unknown") or as_of >= record.wall_time + KIND_GRACE_S))
             if not final and not known and now - record.wall_time < HOLD_S:
                 # no snapshot since the request began has shown its endpoint (a discovered one, the model
                 # /v1/models named, or `once`, which publishes at the end): wait for the next one

@@ -6,8 +6,8 @@ standard variables. Nothing here imports OpenTelemetry (the CLI checks its flags
 endpoint = "http://127.0.0.1:4318"   # OTLP/HTTP base: spans go to /v1/traces, metrics to /v1/metrics
 headers = { "x-api-key" = "..." }    # sent with every export; values are never shown, logged or recorded
 service_name = "lpxtop-gpu-node-3"   # default: $OTEL_SERVICE_NAME, else "lpxtop"
-interval = 10                        # seconds between exports (metrics and spans)
-timeout = 10                         # seconds one export may take, its retries included
+interval = "10s"                    # time between exports (metrics and spans)
+timeout = "10s"                     # how long one export may take, its retries included
 sample = 1.0                         # share of probes and agent steps traced (metrics always take every one)
 load_sample = 0.01                   # share of `lpxtop load` requests traced
 traces = true                        # false: no spans (OTEL_TRACES_EXPORTER=none does the same)
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from lpxtop.config import ConfigError
+from lpxtop.durations import DurationError, parse_duration
 from lpxtop.model.endpoint import SECRET_PARAM
 from lpxtop.textsafe import MASK, register_credential, register_secret
 
@@ -179,10 +180,10 @@ def check_otlp_table(table: Mapping[str, object]) -> str | None:
 
 
 def _seconds(value: object, key: str, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or not low <= value <= high:
-        raise ConfigError(f"key '{key}' must be seconds between {low:g} and {high:g}, got {value!r}")
-    return float(value)
+    try:
+        return parse_duration(value, low=low, high=high)  # type: ignore[arg-type]
+    except DurationError as exc:
+        raise ConfigError(f"key '{key}': {exc}") from None
 
 
 def _table_values(table: Mapping[str, object]) -> dict:

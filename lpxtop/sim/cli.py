@@ -9,10 +9,18 @@ import signal
 import sys
 
 from lpxtop.arguments import ArgumentParser
+from lpxtop.durations import DurationError, parse_duration
 from lpxtop.engine.traces.otlp import OtelUnavailable
 from lpxtop.sim.config import SimConfig, parse_background_load, parse_wave_load
 from lpxtop.sim.server import SimServer
 from lpxtop.sim.tools import TOOL_CALL_SHAPES
+
+
+def _span_delay(text: str) -> float:
+    try:
+        return parse_duration(text, low=0.001, high=60.0, bare_unit=0.001)
+    except DurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,8 +101,9 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         "(e.g. http://127.0.0.1:4318/v1/traces; needs pip install 'lpxtop[otel]') (default: off)",
     )  # fmt: skip
     parser.add_argument(
-        "--otlp-schedule-delay-ms", type=float, default=d.otlp_schedule_delay_s * 1000.0, metavar="MS",
-        help="how often a batch of spans leaves, like OTEL_BSP_SCHEDULE_DELAY (default: %(default)g)",
+        "--otlp-schedule-delay", type=_span_delay, default=d.otlp_schedule_delay_s, metavar="DURATION",
+        help="how often a batch of spans leaves, like OTEL_BSP_SCHEDULE_DELAY (a plain number is ms, as "
+        "there) (default: %(default)gs)",
     )  # fmt: skip
     parser.add_argument(
         "--seed",
@@ -123,7 +132,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         tool_fault_rate=args.tool_fault_rate,
         dify_tool_latency_ms=args.dify_tool_latency_ms,
         otlp_traces_endpoint=args.otlp_traces_endpoint or None,
-        otlp_schedule_delay_s=args.otlp_schedule_delay_ms / 1000.0,
+        otlp_schedule_delay_s=args.otlp_schedule_delay,
     )
 
 

@@ -96,7 +96,7 @@ def test_the_opt_in_variable_switches_to_the_newest_names():
 
 
 @pytest.mark.parametrize("table, key", [
-    ({"endpont": "x"}, "endpont"), ({"interval": 0}, "interval"), ({"timeout": "10"}, "timeout"),
+    ({"endpont": "x"}, "endpont"), ({"interval": 0}, "interval"), ({"timeout": "ten"}, "timeout"),
     ({"sample": 1.5}, "sample"), ({"headers": {"a": 1}}, "headers"), ({"enabled": "yes"}, "enabled"),
 ])
 def test_table_mistakes_name_the_key(table, key):

@@ -40,7 +40,7 @@ def test_no_listen_means_no_receiver():
     ('spans_per_s = 0', "between 1"),
     ('spans_per_s = nan', "between 1"),
     ('max_body_bytes = 10', "between 1024"),
-    ('wait = -1', "between 0.1"),
+    ('wait = -1', "between 100ms"),
     ('lisen = "x"', "unknown key 'lisen'"),
 ])
 def test_mistakes_name_the_line_and_the_key(tmp_path, line, words):

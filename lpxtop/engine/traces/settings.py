@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lpxtop.config import ConfigError, check_http_url
+from lpxtop.durations import DurationError, parse_duration
 from lpxtop.engine.traces.join import DEFAULT_WAIT_S
 from lpxtop.engine.traces.receiver import MAX_BODY_BYTES, SPANS_PER_S, ReceiverSettings
 
@@ -106,8 +107,8 @@ def _value(key: str, value: Any) -> Any:
             raise ConfigError(f"must be a whole number of bytes between 1024 and {MAX_BODY_LIMIT}")
         return value
     if key == "wait":
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-                or not 0.1 <= value <= MAX_WAIT_S:
-            raise ConfigError(f"must be a number of seconds between 0.1 and {MAX_WAIT_S:g}")
-        return float(value)
+        try:
+            return parse_duration(value, low=0.1, high=MAX_WAIT_S)  # type: ignore[arg-type]
+        except DurationError as exc:
+            raise ConfigError(str(exc)) from None
     raise ConfigError(f"unknown key {key!r}")
