@@ -34,9 +34,7 @@ def add_otlp_flags(parser: argparse.ArgumentParser, *, load: bool = False) -> No
     """The OpenTelemetry flags, in a group of their own."""
     g = parser.add_argument_group(
         "OpenTelemetry export (also [otlp] in the config file; docs/opentelemetry.md)",
-        "Send every probe as GenAI-convention metrics and spans over OTLP/HTTP\n"
-        "(protobuf) to URL/v1/metrics and URL/v1/traces; headers from\n"
-        "OTEL_EXPORTER_OTLP_HEADERS (never shown). Needs lpxtop[otel].",
+        "Probes as GenAI metrics and spans; needs lpxtop[otel].",
     )
     g.add_argument("--otlp", metavar="URL",
                    help="export to this OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318 ([otlp] enabled = true in "

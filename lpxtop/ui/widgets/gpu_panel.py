@@ -149,8 +149,8 @@ class GpuLine(Static):
 
 
 def render_gpu(gpu: GpuSnapshot, width: int, thresholds: Mapping[str, tuple[float, float]], palette: Palette,
-               served: Mapping[str, tuple[str, ...]] | None = None,
-               energy: Mapping[str, float] | None = None) -> Text:
+               energy: Mapping[str, float] | None = None,
+               served: Mapping[str, tuple[str, ...]] | None = None) -> Text:
     """The panel's text for a content area `width` cells wide; `energy`: energy_by_device's J/token.
     `served`: each endpoint's name -> every
     endpoint its server process serves (a process line names them all)."""
@@ -187,4 +187,4 @@ class GpuPanel(Static):
         subtitle = "Simulated GPU (demo)" if gpu.simulated else (getattr(gpu, "driver_version", None) or "")
         if self.border_subtitle != subtitle:  # setting it, even to the same text, repaints the whole panel
             self.border_subtitle = subtitle
-        self.update(render_gpu(gpu, width, thresholds, palette, served, energy), layout=False)  # the panel's size is set by CSS
+        self.update(render_gpu(gpu, width, thresholds, palette, energy, served), layout=False)  # the panel's size is set by CSS
