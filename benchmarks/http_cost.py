@@ -47,9 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim_processes import REPO, SIM_START_TIMEOUT_S, stop_process  # noqa: E402
 
-from lpxtop.engine import httpclient  # noqa: E402
-from lpxtop.engine.httpclient import HttpClient  # noqa: E402
 from lpxtop.engine.probe import run_probe  # noqa: E402
+from lpxtop.http import HttpClient  # noqa: E402
+from lpxtop.http import client as httpclient  # noqa: E402
 from lpxtop.model.endpoint import EndpointConfig  # noqa: E402
 
 MODEL = "sim-bench"

@@ -6,7 +6,7 @@ import errno
 import socket
 import sys
 
-from lpxtop.engine.httpclient import (
+from lpxtop.http import (
     ConnectError,
     DecodingError,
     InvalidURL,

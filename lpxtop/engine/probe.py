@@ -28,7 +28,9 @@ from urllib.parse import urlsplit
 
 from lpxtop import textsafe
 from lpxtop.engine.errors import classify_exception, http_error_kind
-from lpxtop.engine.httpclient import (
+from lpxtop.engine.server_kinds import auth_headers
+from lpxtop.http import (
+    BOM,
     BodyTooLarge,
     ConnectTimeout,
     HttpClient,
@@ -36,10 +38,9 @@ from lpxtop.engine.httpclient import (
     HttpTimeout,
     PoolTimeout,
     Response,
+    SseParser,
     Timeout,
 )
-from lpxtop.engine.server_kinds import auth_headers
-from lpxtop.engine.sse import BOM, SseParser
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import Sample
 

@@ -24,10 +24,10 @@ from lpxtop import __version__
 from lpxtop.engine.accel.energy import EnergyMeter
 from lpxtop.engine.agent.prober import AgentProber, wants_agent, wants_chat, with_agent
 from lpxtop.engine.clientlimit import LoopLag, ThreadCpuWait
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.engine.schedule import next_gap
 from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, EndpointWindow, server_kind
+from lpxtop.http import HttpClient
 from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig

@@ -8,7 +8,7 @@ import sys
 import threading
 
 from lpxtop.config import ConfigError
-from lpxtop.engine.http_proxy import is_loopback
+from lpxtop.http import is_loopback
 
 DESCRIPTION = """\
 Run lpxtop's engine without a screen and serve what it measures to Prometheus: /metrics (Prometheus

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlencode, urlsplit
 
-from lpxtop.engine.httpclient import BodyTooLarge, ConnectError, HttpClient, HttpError, HttpTimeout, Timeout
+from lpxtop.http import BodyTooLarge, ConnectError, HttpClient, HttpError, HttpTimeout, Timeout
 
 DEFAULT_TIMEOUT_S = 5.0
 MAX_SERIES = 2000  # per query: a selector that matches a whole cluster's series is cut here

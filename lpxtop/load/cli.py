@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 
 from lpxtop.config import ConfigError, normalize_url
-from lpxtop.engine.http_proxy import is_loopback
+from lpxtop.http import is_loopback
 from lpxtop.load.plan import (
     CPU_WAIT_LIMIT,
     DEFAULT_DURATION_S,

@@ -22,8 +22,8 @@ from dataclasses import replace
 from typing import IO, Any
 
 from lpxtop.engine.clientlimit import LoopLag, ThreadCpuWait
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
+from lpxtop.http import HttpClient
 from lpxtop.load.plan import LoadPlan
 from lpxtop.load.prompts import CALIBRATION_WORDS, Calibration, filler_text
 from lpxtop.load.search import capacity, knee, saturation

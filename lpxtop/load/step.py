@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from lpxtop.engine.clientlimit import LoopLag
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import run_probe
+from lpxtop.http import HttpClient
 from lpxtop.load.schedule import arrival_gaps
 from lpxtop.load.stepstats import RequestRecord, StepRequests
 from lpxtop.model.endpoint import EndpointConfig

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import h11
 
-from lpxtop.engine import httpclient
-from lpxtop.engine.httpclient import HttpClient, HttpError, Response
+from lpxtop.http import HttpClient, HttpError, Response
+from lpxtop.http import client as httpclient
 
 CASE_TIMEOUT_S = 5.0  # a case that takes longer is a hang
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from lpxtop.engine import httpclient
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import run_probe
+from lpxtop.http import HttpClient
+from lpxtop.http import client as httpclient
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.records import token_times_ns
 from lpxtop.sim.thread import start_sim_in_thread

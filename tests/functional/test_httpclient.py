@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from lpxtop.engine import httpclient
 from lpxtop.engine.errors import classify_exception
-from lpxtop.engine.httpclient import (
+from lpxtop.engine.probe import run_probe
+from lpxtop.engine.runner import Engine, EngineSettings
+from lpxtop.http import (
     BodyTooLarge,
     ConnectError,
     ConnectTimeout,
@@ -38,8 +39,7 @@ from lpxtop.engine.httpclient import (
     UnsupportedProtocol,
     WriteError,
 )
-from lpxtop.engine.probe import run_probe
-from lpxtop.engine.runner import Engine, EngineSettings
+from lpxtop.http import client as httpclient
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.functional.http_servers import Handler, answer_each, raw_server, read_request

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from lpxtop.engine import probe as probe_module
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, run_probe
+from lpxtop.http import HttpClient
 from lpxtop.model.probe import ERROR_KINDS
 from tests.functional.hostile import HostileServer, Reply
 from tests.functional.simhelpers import endpoint

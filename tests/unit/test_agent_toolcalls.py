@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from lpxtop.engine.agent.stream import ChatEvents, is_token_event
 from lpxtop.engine.agent.toolcalls import ToolCallAssembler
-from lpxtop.engine.sse import SseParser
+from lpxtop.http import SseParser
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "toolcalls"
 ZURICH = {"city": "Zürich", "unit": "celsius"}

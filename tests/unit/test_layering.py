@@ -18,7 +18,7 @@ HEADLESS_MODULES = [
     "lpxtop.engine.discovery",
     "lpxtop.engine.schedule",
     "lpxtop.jsonout",
-    "lpxtop.engine.httpclient",
+    "lpxtop.http",
     "lpxtop.model",
     "lpxtop.model.server_gap",
     "lpxtop.assemble",

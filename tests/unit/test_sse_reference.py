@@ -24,7 +24,7 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lpxtop.engine.sse import SseParser
+from lpxtop.http import SseParser
 from tests.conftest import FIXTURES
 from tests.unit.streams import reads_of, sim_stream
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from lpxtop.engine.agent.stream import CallOutcome, measured_post
 from lpxtop.engine.agent.tools import ToolSet
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import _ProbeError, _short
+from lpxtop.http import HttpClient
 from lpxtop.model.agent import AgentStep
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.textsafe import scrub

@@ -25,7 +25,7 @@ from lpxtop.engine.agent.schema import validate
 from lpxtop.engine.agent.stream import CallOutcome, ChatEvents, measured_post
 from lpxtop.engine.agent.toolcalls import ToolCall
 from lpxtop.engine.agent.tools import ToolSet, conversation
-from lpxtop.engine.httpclient import HttpClient
+from lpxtop.http import HttpClient
 from lpxtop.model.agent import AgentStep
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.textsafe import scrub

@@ -19,7 +19,6 @@ from typing import Protocol
 
 from lpxtop.engine.agent.toolcalls import ToolCallAssembler
 from lpxtop.engine.errors import classify_exception
-from lpxtop.engine.httpclient import ConnectTimeout, HttpClient, HttpTimeout, PoolTimeout, Timeout
 from lpxtop.engine.probe import (
     DRAIN_MAX_BYTES,
     DRAIN_TIMEOUT_S,
@@ -31,7 +30,7 @@ from lpxtop.engine.probe import (
     _Watchdog,
     request_headers,
 )
-from lpxtop.engine.sse import SseParser
+from lpxtop.http import ConnectTimeout, HttpClient, HttpTimeout, PoolTimeout, SseParser, Timeout
 from lpxtop.model.endpoint import EndpointConfig
 
 # Keys of a chat delta that carry a token (DESIGN.md "Token events"), and a completion choice's `text`.

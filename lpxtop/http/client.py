@@ -71,8 +71,8 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
-from lpxtop.engine.http_decoding import ContentDecoder, UnknownEncoding, decoder_for
-from lpxtop.engine.http_errors import (
+from lpxtop.http.decoding import ContentDecoder, UnknownEncoding, decoder_for
+from lpxtop.http.errors import (
     BodyTooLarge,
     ConnectError,
     ConnectTimeout,
@@ -91,8 +91,8 @@ from lpxtop.engine.http_errors import (
     WriteError,
     WriteTimeout,
 )
-from lpxtop.engine.http_proxy import Proxy, ProxySettings
-from lpxtop.engine.http_redirects import (
+from lpxtop.http.proxies import Proxy, ProxySettings
+from lpxtop.http.redirects import (
     MAX_REDIRECTS,
     REDIRECT_STATUSES,
     next_url,
