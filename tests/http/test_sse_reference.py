@@ -11,7 +11,7 @@ carry the time of the read that completed it. Where they may differ, by design:
   event may be stamped one read earlier, never later;
 - httpx-sse dispatches an event that has only `event:`/`id:`/`retry:` fields (empty data); the spec and
   lpxtop do not, so generated blocks with an `event:` line always have data;
-- lpxtop drops a leading byte order mark (the spec's rule; tests/unit/test_sse.py), httpx-sse does not:
+- lpxtop drops a leading byte order mark (the spec's rule; tests/http/test_sse.py), httpx-sse does not:
   generated streams have none.
 """
 
