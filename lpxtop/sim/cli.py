@@ -10,7 +10,7 @@ import sys
 
 from lpxtop.sim.config import SimConfig, parse_background_load, parse_wave_load
 from lpxtop.sim.server import SimServer
-from lpxtop.sim.tools import TOOL_CALL_SHAPES
+from lpxtop.sim.toolcall_options import TOOL_CALL_SHAPES
 
 
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
