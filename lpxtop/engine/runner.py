@@ -503,7 +503,7 @@ class Engine:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     def _client(self) -> HttpClient:
-        """The one client of probes, scrapes and discovery (lpxtop's own, on asyncio: httpclient.py)."""
+        """The one client of probes, scrapes and discovery (lpxtop's own, on asyncio: lpxtop/http/)."""
         return HttpClient(timeout=30.0, max_connections=64, max_idle=32, idle_expiry_s=30.0)
 
     def _add_state(self, config: EndpointConfig) -> _EndpointState:

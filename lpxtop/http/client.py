@@ -114,7 +114,7 @@ class HttpClient:
         `json` is sent compact (with `Content-Type: application/json`), `content` as is. `on_connect`
         gets the `perf_counter_ns()` at which a new connection was ready (TCP, a proxy's tunnel, and TLS
         for https); it is not called when a kept-alive connection is reused. Redirects are followed
-        (see `http_redirects.py`) unless `follow_redirects` is False. The caller must close the Response
+        (see `redirects.py`) unless `follow_redirects` is False. The caller must close the Response
         (`aclose()` or `async with`) unless it reads the body to its end.
 
         Timing: `Response.start_ns` is the `perf_counter_ns()` at which the request that got this
