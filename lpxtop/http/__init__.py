@@ -1,7 +1,8 @@
-"""lpxtop's own HTTP/1.1 client, written directly on asyncio: every request lpxtop sends goes through it.
+"""lpxtop's own HTTP/1.1 client, written directly on asyncio, and the SSE parser of the streams it reads.
 
 Probes, scrapes, discovery, the agent probe, the load generator, the fleet view's Prometheus queries and
-the exporter's `/probe` all use `HttpClient`. Outside this package, import only the names in `__all__`
+the exporter's `/probe` all use `HttpClient` (OpenTelemetry export alone goes through the SDK's own
+exporters). Outside this package, import only the names in `__all__`
 (`from lpxtop.http import HttpClient, Timeout, ReadTimeout`); the modules behind them are its own.
 
 **Why lpxtop keeps its own client** (measured side by side on a 2-core VM: one process per client, the
