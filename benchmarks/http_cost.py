@@ -47,9 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim_processes import REPO, SIM_START_TIMEOUT_S, stop_process  # noqa: E402
 
-from lpxtop.engine import httpclient  # noqa: E402
-from lpxtop.engine.httpclient import HttpClient  # noqa: E402
 from lpxtop.engine.probe import run_probe  # noqa: E402
+from lpxtop.http import HttpClient  # noqa: E402
+from lpxtop.http.connection import StreamProtocol  # noqa: E402
 from lpxtop.model.endpoint import EndpointConfig  # noqa: E402
 
 MODEL = "sim-bench"
@@ -69,19 +69,19 @@ async def probe_round(url: str, probes: int) -> tuple[float, float, float]:
             await run_probe(client, endpoint)
         # Reads per probe, counted in a separate pass so the counting does not weigh on the timed one.
         reads = 0
-        original = httpclient._Protocol.data_received
+        original = StreamProtocol.data_received
 
         def counting(self, data: bytes) -> None:
             nonlocal reads
             reads += 1
             original(self, data)
 
-        httpclient._Protocol.data_received = counting  # type: ignore[method-assign]
+        StreamProtocol.data_received = counting  # type: ignore[method-assign]
         try:
             for _ in range(10):
                 await run_probe(client, endpoint)
         finally:
-            httpclient._Protocol.data_received = original  # type: ignore[method-assign]
+            StreamProtocol.data_received = original  # type: ignore[method-assign]
         failed = 0
         c0, t0 = cpu_s(), time.monotonic()
         for _ in range(probes):

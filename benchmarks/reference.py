@@ -62,8 +62,8 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))  # the real-server harne
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from realserver_harness import CACHE, SCRIPTS, running, start_server, warm_up  # noqa: E402
 
-from lpxtop.engine.httpclient import HttpClient  # noqa: E402
 from lpxtop.engine.probe import run_probe  # noqa: E402
+from lpxtop.http import HttpClient  # noqa: E402
 from lpxtop.load.prompts import Calibration, filler_text  # noqa: E402
 from lpxtop.model.endpoint import EndpointConfig  # noqa: E402
 from lpxtop.model.probe import quantile_sorted  # noqa: E402

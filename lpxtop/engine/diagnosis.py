@@ -1,7 +1,7 @@
 """What a failed request means, and what to do about it: the one mapping from cause to message.
 
 A probe, an agent call or `GET /models` that fails keeps its own error kind (`refused`, `tls`,
-`http_401` …: engine/errors.py classifies the transport's failure). This module writes the message that
+`http_401` …: engine/probe/errors.py classifies the transport's failure). This module writes the message that
 goes with it, in the words a person acts on: nothing listens on HOST:PORT — is the server running?;
 `https://` to a plain-HTTP server → use `http://`; 401/403 → the key, and how to give it
 (`--api-key-env NAME`); a 404 on the API's paths → the base URL (OpenAI-compatible servers serve

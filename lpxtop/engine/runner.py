@@ -24,11 +24,11 @@ from lpxtop import __version__
 from lpxtop.engine.accel.energy import EnergyMeter
 from lpxtop.engine.agent.prober import AgentProber, wants_agent, wants_chat, with_agent
 from lpxtop.engine.diagnosis import model_matches, model_not_served, no_model_listed
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.engine.probe.clientlimit import LoopLag, ThreadCpuWait
 from lpxtop.engine.probe.schedule import next_gap
 from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, EndpointWindow, server_kind
+from lpxtop.http import HttpClient
 from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
@@ -522,7 +522,7 @@ class Engine:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     def _client(self) -> HttpClient:
-        """The one client of probes, scrapes and discovery (lpxtop's own, on asyncio: httpclient.py)."""
+        """The one client of probes, scrapes and discovery (lpxtop's own, on asyncio: lpxtop/http/)."""
         return HttpClient(timeout=30.0, max_connections=64, max_idle=32, idle_expiry_s=30.0)
 
     def _add_state(self, config: EndpointConfig) -> _EndpointState:

@@ -9,7 +9,7 @@ import threading
 
 from lpxtop.arguments import ArgumentParser
 from lpxtop.config import ConfigError
-from lpxtop.engine.http_proxy import is_loopback
+from lpxtop.http import is_loopback
 
 DESCRIPTION = """\
 Run lpxtop's engine without a screen and serve what it measures to Prometheus: /metrics (Prometheus

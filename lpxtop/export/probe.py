@@ -33,9 +33,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from lpxtop.config import ConfigError, normalize_url
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.export.settings import MAX_PROBE_TIMEOUT_S, PROBE_TIMEOUT_MARGIN_S
+from lpxtop.http import HttpClient
 from lpxtop.model.endpoint import SECRET_PARAM, EndpointConfig
 from lpxtop.model.probe import ERROR_KINDS, Sample
 

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from lpxtop.engine.http_proxy import is_loopback
 from lpxtop.engine.metric_names import KINDS
 from lpxtop.fleet.client import Answer
+from lpxtop.http import is_loopback
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.gpu import GpuDevice, GpuProcess, GpuSnapshot

@@ -1,6 +1,6 @@
 """A client of Prometheus' HTTP API (`/api/v1/query`, `/api/v1/query_range`), bounded in time and size.
 
-Plain GETs through lpxtop's own HTTP client (engine/httpclient.py). Every query has a deadline (sent
+Plain GETs through lpxtop's own HTTP client (lpxtop/http/). Every query has a deadline (sent
 to Prometheus as `timeout=` too, so it stops working on it), a cap on the answer's bytes and on the
 series kept; each failure becomes a `PromError` whose message is one line that says what to do.
 
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlencode, urlsplit
 
-from lpxtop.engine.httpclient import BodyTooLarge, ConnectError, HttpClient, HttpError, HttpTimeout, Timeout
+from lpxtop.http import BodyTooLarge, ConnectError, HttpClient, HttpError, HttpTimeout, Timeout
 from lpxtop.textsafe import scrub, scrub_recurring
 
 DEFAULT_TIMEOUT_S = 5.0

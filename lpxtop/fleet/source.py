@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from lpxtop import __version__, textsafe
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.fleet.build import Reading, alerts, endpoint_views, gpus, ports
 from lpxtop.fleet.client import Answer, PromClient, PromError
 from lpxtop.fleet.promql import FleetQueries, duration_seconds
+from lpxtop.http import HttpClient
 from lpxtop.model.alerts import Alert
 from lpxtop.model.snapshot import Snapshot
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 from lpxtop.arguments import ArgumentParser, env_name
 from lpxtop.config import ConfigError, normalize_url
 from lpxtop.durations import DurationError, format_duration, parse_duration
-from lpxtop.engine.http_proxy import is_loopback
+from lpxtop.http import is_loopback
 from lpxtop.load.plan import (
     CPU_WAIT_LIMIT,
     DEFAULT_DURATION_S,

@@ -22,9 +22,9 @@ from dataclasses import replace
 from typing import IO, Any
 
 from lpxtop.engine.diagnosis import no_model_listed
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.engine.probe.clientlimit import LoopLag, ThreadCpuWait
+from lpxtop.http import HttpClient
 from lpxtop.load.plan import LoadPlan
 from lpxtop.load.prompts import CALIBRATION_WORDS, Calibration, filler_text
 from lpxtop.load.search import capacity, knee, saturation

@@ -18,9 +18,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from lpxtop.engine.accel.energy import energy_between
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.metric_names import BY_KIND, KINDS, KindNames, Ref, family_names, keep_families
 from lpxtop.engine.server_exposition import Exposition, NotPrometheusText
+from lpxtop.http import HttpClient
 from lpxtop.model.events import EngineEvent, GpuEvent, ScrapeEvent
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.load import ServerDuringStep

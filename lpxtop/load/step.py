@@ -32,9 +32,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import run_probe
 from lpxtop.engine.probe.clientlimit import LoopLag
+from lpxtop.http import HttpClient
 from lpxtop.load.schedule import arrival_gaps
 from lpxtop.load.stepstats import RequestRecord, StepRequests
 from lpxtop.model.endpoint import EndpointConfig

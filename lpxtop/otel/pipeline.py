@@ -50,7 +50,7 @@ from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from lpxtop import __version__, textsafe
-from lpxtop.engine.http_proxy import is_loopback
+from lpxtop.http import is_loopback
 from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.alerts import Alert
 from lpxtop.model.events import SampleEvent, SnapshotEvent

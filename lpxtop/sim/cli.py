@@ -13,7 +13,7 @@ from lpxtop.durations import DurationError, parse_duration
 from lpxtop.engine.traces.otlp import OtelUnavailable
 from lpxtop.sim.config import SimConfig, parse_background_load, parse_wave_load
 from lpxtop.sim.server import SimServer
-from lpxtop.sim.tools import TOOL_CALL_SHAPES
+from lpxtop.sim.toolcall_options import TOOL_CALL_SHAPES
 
 
 def _span_delay(text: str) -> float:

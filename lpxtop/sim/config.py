@@ -6,6 +6,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from lpxtop.sim.toolcall_options import TOOL_CALL_SHAPES, TOOL_FAULTS
+
 # A background load is the number of virtual requests (no HTTP) the engine should have in flight at
 # `t` seconds after start: a function of t, or (min, max, period_s) for a sine between min and max.
 BackgroundLoad = Callable[[float], float] | tuple[float, float, float]
@@ -103,8 +105,6 @@ class SimConfig:
                 raise ValueError("wave_load needs at least 1 client and 1 token")
         if self.role_chunk_at not in ("received", "admitted", "first_token"):
             raise ValueError("role_chunk_at must be 'received', 'admitted' or 'first_token'")
-        from lpxtop.sim.tools import TOOL_CALL_SHAPES, TOOL_FAULTS
-
         if self.tool_call_shape not in TOOL_CALL_SHAPES:
             raise ValueError(f"tool_call_shape must be one of {', '.join(TOOL_CALL_SHAPES)}")
         if self.tool_fault is not None and self.tool_fault not in TOOL_FAULTS:

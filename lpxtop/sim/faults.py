@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lpxtop.sim.config import SimConfig
+from lpxtop.sim.toolcall_options import TOOL_FAULTS
 
 
 @dataclass(frozen=True)
@@ -97,11 +98,8 @@ def validate_faults(values: dict[str, Any]) -> dict[str, Any]:
                 raise ValueError(f"{name} must be true or false")
         elif name == "api_key" and value is not None and (not isinstance(value, str) or not value):
             raise ValueError("api_key must be a non-empty string or null")
-        elif name == "tool_fault" and value is not None:
-            from lpxtop.sim.tools import TOOL_FAULTS
-
-            if value not in TOOL_FAULTS:
-                raise ValueError(f"tool_fault must be one of {', '.join(TOOL_FAULTS)} or null")
+        elif name == "tool_fault" and value is not None and value not in TOOL_FAULTS:
+            raise ValueError(f"tool_fault must be one of {', '.join(TOOL_FAULTS)} or null")
         clean[name] = value
     return clean
 

@@ -40,14 +40,13 @@ from typing import TYPE_CHECKING, Any
 
 from lpxtop.sim.streaming import StreamSession
 from lpxtop.sim.text import tokenize
+from lpxtop.sim.toolcall_options import TOOL_FAULTS
 from lpxtop.sim.wire import ChunkMaker
 
 if TYPE_CHECKING:
     from lpxtop.sim.config import SimConfig
     from lpxtop.sim.faults import Faults
 
-TOOL_CALL_SHAPES = ("vllm", "openai", "name_with_args", "repeated", "placeholder", "parallel", "whole")
-TOOL_FAULTS = ("no_tool_call", "bad_tool_args", "tool_args_schema")
 TOOL_CALL_KIND = "tool_call"  # the truth record's event kind for a tool-call chunk
 
 _STRING_VALUES = {"city": "Zürich", "query": "streaming tool calls", "timezone": "Europe/Paris",

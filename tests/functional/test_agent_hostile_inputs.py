@@ -13,8 +13,8 @@ from lpxtop.config import settle_agent_settings
 from lpxtop.engine.agent.prober import AgentProber
 from lpxtop.engine.agent.step import run_agent_step
 from lpxtop.engine.agent.tools import ToolSet, load_tool_set
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe.toolcalls import MAX_ARGUMENT_CHARS
+from lpxtop.http import HttpClient
 from tests.functional.hostile import HostileServer, Reply, Request
 from tests.functional.simhelpers import endpoint
 

@@ -11,8 +11,8 @@ import pytest
 from lpxtop.engine.agent.dify import run_dify_step
 from lpxtop.engine.agent.step import _judge, run_agent_step
 from lpxtop.engine.agent.tools import ToolSet
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe.toolcalls import ToolCall
+from lpxtop.http import HttpClient
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from lpxtop.sim.tools import tool_call_times_ns

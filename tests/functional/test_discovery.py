@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 
 from lpxtop.engine.discovery import USUAL_PORTS, candidate_ports, discover, discover_sync
-from lpxtop.engine.httpclient import HttpClient
+from lpxtop.http import HttpClient
 from lpxtop.model.endpoint import EndpointConfig
 from tests.functional.simhelpers import free_port
 from tests.functional.test_ports_support import listener_pids, running_children, wait_until

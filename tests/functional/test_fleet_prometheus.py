@@ -22,10 +22,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.export.settings import DEFAULT_BUCKETS
 from lpxtop.fleet.promql import FleetQueries
 from lpxtop.fleet.source import FleetReader, FleetSettings, FleetSource
+from lpxtop.http import HttpClient
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.functional.promhelpers import HangingServer, Prometheus, binary, running, series, value

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import run_probe
+from lpxtop.http import HttpClient
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.functional.simhelpers import endpoint, fidelity_errors, p

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, run_probe
 from lpxtop.engine.probe import stream as probe_module
+from lpxtop.http import HttpClient
 from lpxtop.model.probe import ERROR_KINDS
 from tests.functional.hostile import HostileServer, Reply
 from tests.functional.simhelpers import endpoint
@@ -263,7 +263,7 @@ async def test_retry_after_is_bounded(value, expected):
 
 
 # A POST moved by 302 is not followed (it would become a GET); a 308 without a Location cannot be
-# (a 308 with one is followed: tests/functional/test_http_redirects.py).
+# (a 308 with one is followed: tests/http/test_http_redirects.py).
 @pytest.mark.parametrize(("status", "kind", "location"), [
     ("204 No Content", "http_other", None), ("202 Accepted", "http_other", None),
     ("302 Found", "http_3xx", "http://127.0.0.1:9/v1"), ("308 Permanent Redirect", "http_3xx", None)])

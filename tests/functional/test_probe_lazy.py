@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import reads as reads_module
 from lpxtop.engine.probe import run_probe
+from lpxtop.http import HttpClient
 from tests.functional.simhelpers import endpoint
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"

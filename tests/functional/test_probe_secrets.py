@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, run_probe
 from lpxtop.engine.server_kinds import auth_headers
+from lpxtop.http import HttpClient
 from lpxtop.textsafe import scrub
 from tests.functional.hostile import HostileServer, Reply, Request
 from tests.functional.simhelpers import endpoint

@@ -12,8 +12,8 @@ import statistics
 
 import pytest
 
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import run_probe
+from lpxtop.http import HttpClient
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.records import token_times_ns
 from lpxtop.sim.thread import start_sim_in_thread

@@ -18,10 +18,10 @@ import pytest
 from lpxtop.engine.agent.dify import run_dify_step
 from lpxtop.engine.agent.step import run_agent_step
 from lpxtop.engine.agent.tools import ToolSet
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import run_probe
 from lpxtop.engine.probe import stream as stream_module
 from lpxtop.engine.probe.clientlimit import LoopLag
+from lpxtop.http import HttpClient
 from lpxtop.load.step import StepRun, StepSpec
 from lpxtop.model.probe import ERROR_KINDS
 from tests.functional.hostile import HostileServer, Reply, Request

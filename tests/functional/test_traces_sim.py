@@ -9,10 +9,10 @@ import asyncio
 import httpx
 import pytest
 
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import run_probe
 from lpxtop.engine.traces import ReceiverSettings, TraceJoin, TraceReceiver, same_host
 from lpxtop.engine.traces.context import perf_to_wall_offset_ns
+from lpxtop.http import HttpClient
 from lpxtop.model.probe import Percentiles
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread

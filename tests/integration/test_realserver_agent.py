@@ -37,7 +37,7 @@ from realserver_harness import (
 
 from lpxtop.engine.agent.step import run_agent_step
 from lpxtop.engine.agent.tools import ToolSet
-from lpxtop.engine.httpclient import HttpClient
+from lpxtop.http import HttpClient
 from lpxtop.model.agent import AgentStep
 from lpxtop.model.endpoint import EndpointConfig
 

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.realserver, pytest.mark.timeout(300)]
 async def test_llamacpp_without_metrics_flag(llama_server_no_metrics) -> None:
     servers = import_lpxtop("lpxtop.engine.servers", "ServerScraper")
     probe = import_lpxtop("lpxtop.engine.probe", "run_probe")
-    httpclient = import_lpxtop("lpxtop.engine.httpclient", "HttpClient")
+    httpclient = import_lpxtop("lpxtop.http", "HttpClient")
     server = llama_server_no_metrics
     endpoint = EndpointConfig(name="llama-nometrics", url=server.api_url, model=LLAMA_MODEL, max_tokens=16)
     async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as client, httpclient.HttpClient(timeout=30.0) as ours:

@@ -27,7 +27,7 @@ MEAN_SLACK_MS = 150.0
 
 async def test_server_means_estimates_and_the_exact_gap(vllm_server, monkeypatch: pytest.MonkeyPatch) -> None:
     probe = import_lpxtop("lpxtop.engine.probe", "run_probe")
-    httpclient = import_lpxtop("lpxtop.engine.httpclient", "HttpClient")
+    httpclient = import_lpxtop("lpxtop.http", "HttpClient")
     servers = import_lpxtop("lpxtop.engine.servers", "ServerScraper")
     tracker = import_lpxtop("lpxtop.engine.server_tracker", "HISTOGRAMS_EVERY_S")
     histograms = import_lpxtop("lpxtop.engine.server_histograms", "histogram_quantile")

@@ -45,7 +45,7 @@ async def empty_chunk_share(url: str, model: str) -> float:
 
 async def test_vllm_every_token_is_an_event(vllm_server) -> None:
     probe = import_lpxtop("lpxtop.engine.probe", "run_probe")
-    httpclient = import_lpxtop("lpxtop.engine.httpclient", "HttpClient")
+    httpclient = import_lpxtop("lpxtop.http", "HttpClient")
     endpoint = EndpointConfig(name="vllm", url=vllm_server.api_url, model=VLLM_MODEL, max_tokens=32)
     share = await empty_chunk_share(vllm_server.api_url, VLLM_MODEL)
     async with httpclient.HttpClient(timeout=60.0) as ours:
@@ -69,7 +69,7 @@ async def test_vllm_every_token_is_an_event(vllm_server) -> None:
 @pytest.mark.parametrize("api", ["chat", "completions"])
 async def test_llamacpp_events_never_exceed_the_tokens(llama_server, api) -> None:
     probe = import_lpxtop("lpxtop.engine.probe", "run_probe")
-    httpclient = import_lpxtop("lpxtop.engine.httpclient", "HttpClient")
+    httpclient = import_lpxtop("lpxtop.http", "HttpClient")
     endpoint = EndpointConfig(name="llama", url=llama_server.api_url, model=LLAMA_MODEL, max_tokens=16, api=api)
     async with httpclient.HttpClient(timeout=60.0) as ours:
         samples = [await probe.run_probe(ours, endpoint) for _ in range(PROBES)]

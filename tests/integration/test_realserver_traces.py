@@ -48,10 +48,10 @@ def vllm_traced(receiver) -> Iterator[ServerProcess]:
 
 
 def test_probes_join_vllms_own_spans(vllm_traced, receiver):
-    from lpxtop.engine.httpclient import HttpClient
     from lpxtop.engine.probe import run_probe
     from lpxtop.engine.traces import same_host
     from lpxtop.engine.traces.context import perf_to_wall_offset_ns
+    from lpxtop.http import HttpClient
     from lpxtop.model.endpoint import EndpointConfig
 
     r, join = receiver

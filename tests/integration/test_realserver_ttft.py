@@ -78,7 +78,7 @@ async def probe_batch(
 
 async def test_probe_ttft_matches_server_histogram(vllm_server) -> None:
     probe = import_lpxtop("lpxtop.engine.probe", "run_probe")
-    httpclient = import_lpxtop("lpxtop.engine.httpclient", "HttpClient")
+    httpclient = import_lpxtop("lpxtop.http", "HttpClient")
     endpoint = EndpointConfig(name="vllm", url=vllm_server.api_url, model=VLLM_MODEL, max_tokens=16)
     async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as client, httpclient.HttpClient(timeout=30.0) as ours:
         await wait_idle(client, vllm_server.origin, "vllm:num_requests_running", "vllm:num_requests_waiting")

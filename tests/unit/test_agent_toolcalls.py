@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from lpxtop.engine.probe.agentcall import ToolCallSink
 from lpxtop.engine.probe.chunks import carries_token
 from lpxtop.engine.probe.toolcalls import ToolCallAssembler
-from lpxtop.engine.sse import SseParser
+from lpxtop.http import SseParser
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "toolcalls"
 ZURICH = {"city": "Zürich", "unit": "celsius"}

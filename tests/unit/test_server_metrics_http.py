@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.server_kinds import probe_kind
 from lpxtop.engine.servers import ServerScraper
+from lpxtop.http import HttpClient
 from lpxtop.model.endpoint import EndpointConfig
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"

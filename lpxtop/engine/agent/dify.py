@@ -15,9 +15,9 @@ import json
 import secrets
 
 from lpxtop.engine.agent.tools import ToolSet
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe.difyapp import DifyAppSink
 from lpxtop.engine.probe.stream import StreamOutcome, measured_stream
+from lpxtop.http import HttpClient
 from lpxtop.model.agent import AgentStep, CallTrace
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.textsafe import scrub

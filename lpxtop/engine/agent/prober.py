@@ -11,7 +11,7 @@ from lpxtop.engine.agent.dify import run_dify_step
 from lpxtop.engine.agent.step import run_agent_step
 from lpxtop.engine.agent.tools import ToolSet, load_tool_set
 from lpxtop.engine.agent.window import AgentWindow
-from lpxtop.engine.httpclient import HttpClient
+from lpxtop.http import HttpClient
 from lpxtop.model.agent import AgentStep, AgentView
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.snapshot import EndpointView

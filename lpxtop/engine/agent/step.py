@@ -23,11 +23,11 @@ import time
 
 from lpxtop.engine.agent.schema import MAX_JSON_DEPTH, deeper_than, validate
 from lpxtop.engine.agent.tools import ToolSet, conversation
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe.agentcall import ToolCallSink
 from lpxtop.engine.probe.chat import name
 from lpxtop.engine.probe.stream import StreamOutcome, measured_stream
 from lpxtop.engine.probe.toolcalls import MAX_ARGUMENT_CHARS, ToolCall
+from lpxtop.http import HttpClient
 from lpxtop.model.agent import AgentStep, CallTrace
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.textsafe import scrub

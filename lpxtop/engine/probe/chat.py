@@ -17,9 +17,9 @@ import secrets
 import time
 
 from lpxtop import textsafe
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe.chunks import ChunkSink
 from lpxtop.engine.probe.stream import StreamOutcome, measured_stream
+from lpxtop.http import HttpClient
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import Sample
 

@@ -12,7 +12,7 @@ import sys
 import time
 from email.utils import parsedate_to_datetime
 
-from lpxtop.engine.httpclient import (
+from lpxtop.http import (
     ConnectError,
     DecodingError,
     HttpError,

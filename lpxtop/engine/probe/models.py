@@ -6,7 +6,10 @@ import asyncio
 
 from lpxtop import textsafe
 from lpxtop.engine.diagnosis import MODELS_REQUEST, explain
-from lpxtop.engine.httpclient import (
+from lpxtop.engine.probe.chat import MAX_NAME_CHARS
+from lpxtop.engine.probe.errors import MAX_ERROR_BODY, classify_exception, error_message, http_error_kind
+from lpxtop.engine.probe.stream import request_headers
+from lpxtop.http import (
     BodyTooLarge,
     ConnectTimeout,
     HttpClient,
@@ -14,9 +17,6 @@ from lpxtop.engine.httpclient import (
     PoolTimeout,
     Timeout,
 )
-from lpxtop.engine.probe.chat import MAX_NAME_CHARS
-from lpxtop.engine.probe.errors import MAX_ERROR_BODY, classify_exception, error_message, http_error_kind
-from lpxtop.engine.probe.stream import request_headers
 from lpxtop.model.endpoint import EndpointConfig
 
 MODELS_TIMEOUT_S = 5.0

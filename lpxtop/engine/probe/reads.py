@@ -10,7 +10,7 @@ from typing import Protocol
 
 from lpxtop.engine.probe.errors import StreamError, error_text, short
 from lpxtop.engine.probe.sink import StreamSink
-from lpxtop.engine.sse import BOM, SseParser
+from lpxtop.http import BOM, SseParser
 
 # After the first token, reads wait to be parsed together until this many bytes are waiting
 LAZY_MAX_BYTES = 65536

@@ -8,7 +8,7 @@ is not an event stream, a stream cut before its end, the drain that lets the con
 turning every failure into one classified `StreamOutcome`. No exception escapes except cancellation.
 
 Times: `start_ns` is when the request counted as sent (after any wait for lpxtop's own connection pool,
-`lpxtop.engine.httpclient.HttpClient.stream`), `sent_wall_ns` the wall clock at that same moment.
+`lpxtop.http.HttpClient.stream`), `sent_wall_ns` the wall clock at that same moment.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from urllib.parse import urlsplit
 
 from lpxtop import textsafe
 from lpxtop.engine.diagnosis import explain
-from lpxtop.engine.httpclient import ConnectTimeout, HttpClient, HttpTimeout, PoolTimeout, Timeout
 from lpxtop.engine.probe.errors import StreamError, classify_exception, raise_http_error
 from lpxtop.engine.probe.reads import BatchedReads
 from lpxtop.engine.probe.sink import StreamSink
 from lpxtop.engine.probe.tracecontext import TRACEPARENT_HEADER, TraceContext, new_trace_context
 from lpxtop.engine.server_kinds import auth_headers
+from lpxtop.http import ConnectTimeout, HttpClient, HttpTimeout, PoolTimeout, Timeout
 from lpxtop.model.endpoint import EndpointConfig
 
 # An error status's body is read for at most this long (and never past the request's own limit): a

@@ -1,4 +1,4 @@
-"""lpxtop's HTTP/1.1 client (lpxtop/engine/httpclient.py) against real loopback servers.
+"""lpxtop's HTTP/1.1 client (lpxtop/http/) against real loopback servers.
 
 Every case is a real server (the sim, or a raw asyncio/socket server that sends exactly the bytes
 under test) and a real connection. Expected bodies and statuses are written out by hand.
@@ -22,8 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from lpxtop.engine import httpclient
-from lpxtop.engine.httpclient import (
+from lpxtop.engine.probe import run_probe
+from lpxtop.engine.probe.errors import classify_exception
+from lpxtop.engine.runner import Engine, EngineSettings
+from lpxtop.http import (
     BodyTooLarge,
     ConnectError,
     ConnectTimeout,
@@ -36,10 +38,8 @@ from lpxtop.engine.httpclient import (
     Timeout,
     UnsupportedProtocol,
     WriteError,
+    timeouts,
 )
-from lpxtop.engine.probe import run_probe
-from lpxtop.engine.probe.errors import classify_exception
-from lpxtop.engine.runner import Engine, EngineSettings
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.functional.http_servers import Handler, answer_each, raw_server, read_request
@@ -742,10 +742,10 @@ async def test_an_outside_cancellation_propagates_and_closes_the_connection():
 async def test_deadline_tells_its_own_cancellation_from_an_outside_one(monkeypatch, counts):
     if counts and sys.version_info < (3, 11):
         pytest.skip("tasks count cancellations from Python 3.11")
-    monkeypatch.setattr(httpclient, "_TASKS_COUNT_CANCELS", counts)
+    monkeypatch.setattr(timeouts, "TASKS_COUNT_CANCELS", counts)
 
     async def wait(seconds: float) -> None:
-        with httpclient._Deadline(seconds, ConnectTimeout):
+        with timeouts.Deadline(seconds, ConnectTimeout):
             await asyncio.sleep(seconds + 5)
 
     with pytest.raises(ConnectTimeout):
@@ -755,13 +755,13 @@ async def test_deadline_tells_its_own_cancellation_from_an_outside_one(monkeypat
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    with httpclient._Deadline(1.0, ConnectTimeout):
+    with timeouts.Deadline(1.0, ConnectTimeout):
         await asyncio.sleep(0)  # done in time: nothing raised, no cancellation left behind
     await asyncio.sleep(0.01)
     if counts:
         # The timer and an outside cancellation both land before the task runs again: the outside one wins.
         async def both() -> None:
-            with httpclient._Deadline(0.05, ConnectTimeout):
+            with timeouts.Deadline(0.05, ConnectTimeout):
                 asyncio.get_running_loop().call_later(0.05, asyncio.current_task().cancel)
                 time.sleep(0.08)  # block the loop past both
                 await asyncio.sleep(5)

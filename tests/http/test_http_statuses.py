@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from lpxtop.engine.httpclient import HttpClient, RemoteProtocolError
 from lpxtop.engine.probe import run_probe
 from lpxtop.engine.probe.errors import classify_exception, http_error_kind
+from lpxtop.http import HttpClient, RemoteProtocolError
 from lpxtop.model.probe import ERROR_KINDS
 from tests.functional.http_servers import answer_each, raw_server
 from tests.functional.simhelpers import endpoint

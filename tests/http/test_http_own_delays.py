@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from lpxtop.engine import httpclient
-from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import run_probe
+from lpxtop.http import HttpClient, Response
+from lpxtop.http.connection import Connection, StreamProtocol
+from lpxtop.http.framing import LINES_PER_STEP
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.records import token_times_ns
 from lpxtop.sim.thread import start_sim_in_thread
@@ -42,13 +43,13 @@ def tiny_chunks(body_bytes: int) -> bytes:
     return b"1\r\nx\r\n" * body_bytes + b"0\r\n\r\n"
 
 
-async def delivered(data: bytes) -> httpclient.Response:
+async def delivered(data: bytes) -> Response:
     """A Response whose whole framed `data` (head and body) came in one socket read, on a real connection."""
     loop = asyncio.get_running_loop()
     near, far = socket.socketpair()
     near.setblocking(False)
-    transport, protocol = await loop.create_connection(httpclient._Protocol, sock=near)
-    conn = httpclient._Connection(("http", "x", 80), transport, protocol)  # type: ignore[arg-type]
+    transport, protocol = await loop.create_connection(StreamProtocol, sock=near)
+    conn = Connection(("http", "x", 80), transport, protocol)  # type: ignore[arg-type]
     client = HttpClient()
     client._pool.open = 1
     protocol.data_received(data)
@@ -84,7 +85,7 @@ async def test_decoding_is_linear_however_the_body_is_chunked_long():
     await check_linear(64 * 1024, 1024 * 1024)
 
 
-async def read_with_a_ticker(response: httpclient.Response, use_feed: bool) -> tuple[list[tuple[bytes, int]], int]:
+async def read_with_a_ticker(response: Response, use_feed: bool) -> tuple[list[tuple[bytes, int]], int]:
     """The body's pieces with their stamps, and how many turns a task sharing the loop got meanwhile."""
     turns = 0
     done = False
@@ -112,7 +113,7 @@ async def test_one_read_of_tiny_chunks_is_decoded_in_short_steps(use_feed):
     """A read of 22,000 one-byte chunks is decoded a few lines per event-loop step, so other connections'
     reads are taken (and stamped) in between; every piece keeps the stamp of the read that brought it."""
     body = 22_000
-    steps_needed = body // getattr(httpclient, "_LINES_PER_STEP", 128)
+    steps_needed = body // LINES_PER_STEP
     head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
     response = await delivered(head + tiny_chunks(body))
     pieces, turns = await read_with_a_ticker(response, use_feed)
@@ -275,7 +276,7 @@ async def check_neighbour_does_not_delay_stamps(probes: int, rounds: int) -> Non
             (("ttft base", base_ttft), ("ttft busy", busy_ttft), ("itl base", base_itl), ("itl busy", busy_itl))}
     shown = ", ".join(f"{k} |error| p50 {p(v, 0.5):.2f} p90 {p(v, 0.9):.2f} ms" for k, v in runs.items())
     shown += f"; bodies of tiny chunks scraped meanwhile: {scraped}"
-    # Bounds (a decoding step is ~0.15 ms of CPU, engine/httpclient.py): the median may move by the
+    # Bounds (a decoding step is ~0.15 ms of CPU, lpxtop/http/response.py): the median may move by the
     # issue's ~1 ms at most. The tail gets more room: on a loaded 2-core machine the OS preempts a
     # process that is busy decoding, and a token that arrives meanwhile waits for a CPU, which no loop
     # structure prevents (issue 19's client_limited flag is for that). Measured at load average 14:

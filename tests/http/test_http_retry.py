@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from lpxtop.engine.httpclient import HttpClient, ReadTimeout, RemoteProtocolError, Timeout
 from lpxtop.engine.probe import run_probe
+from lpxtop.http import HttpClient, ReadTimeout, RemoteProtocolError, Timeout
 from tests.functional.http_servers import raw_server, read_request, sse_response
 from tests.functional.simhelpers import endpoint
 

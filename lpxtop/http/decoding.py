@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import zlib
 
-from lpxtop.engine.http_errors import DecodingError
+from lpxtop.http.errors import DecodingError
 
 MAX_DECODED_BYTES = 64 * 1024 * 1024
 DECODE_STEP_BYTES = 256 * 1024  # one call's output: ~0.2 ms of inflating on a 2-core VM

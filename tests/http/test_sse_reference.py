@@ -11,7 +11,7 @@ carry the time of the read that completed it. Where they may differ, by design:
   event may be stamped one read earlier, never later;
 - httpx-sse dispatches an event that has only `event:`/`id:`/`retry:` fields (empty data); the spec and
   lpxtop do not, so generated blocks with an `event:` line always have data;
-- lpxtop drops a leading byte order mark (the spec's rule; tests/unit/test_sse.py), httpx-sse does not:
+- lpxtop drops a leading byte order mark (the spec's rule; tests/http/test_sse.py), httpx-sse does not:
   generated streams have none.
 """
 
@@ -24,7 +24,7 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lpxtop.engine.sse import SseParser
+from lpxtop.http import SseParser
 from tests.conftest import FIXTURES
 from tests.unit.streams import reads_of, sim_stream
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import h11
 
-from lpxtop.engine import httpclient
-from lpxtop.engine.httpclient import HttpClient, HttpError, Response
+from lpxtop.http import HttpClient, HttpError, Response
+from lpxtop.http.connection import Connection, StreamProtocol
 
 CASE_TIMEOUT_S = 5.0  # a case that takes longer is a hang
 
@@ -71,7 +71,7 @@ def reference(pieces: list[bytes], method: str = "GET") -> Outcome:
     return out
 
 
-async def _settle(task: asyncio.Task, protocol: httpclient._Protocol, response: Response | None) -> None:
+async def _settle(task: asyncio.Task, protocol: StreamProtocol, response: Response | None) -> None:
     """Let the loop run until `task` is done or waits for the next read (with nothing left to decode)."""
     for _ in range(10_000):
         await asyncio.sleep(0)
@@ -94,8 +94,8 @@ async def _ours(pieces: list[bytes], method: str) -> Outcome:
     loop = asyncio.get_running_loop()
     near, far = socket.socketpair()
     near.setblocking(False)
-    transport, protocol = await loop.create_connection(httpclient._Protocol, sock=near)
-    conn = httpclient._Connection(("http", "example", 80), transport, protocol)  # type: ignore[arg-type]
+    transport, protocol = await loop.create_connection(StreamProtocol, sock=near)
+    conn = Connection(("http", "example", 80), transport, protocol)  # type: ignore[arg-type]
     client = HttpClient(trust_env=False, timeout=CASE_TIMEOUT_S)
     client._pool.open = 1  # this connection counts as one of the pool's
     stamps: dict[int, int] = {}

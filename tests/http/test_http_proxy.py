@@ -14,10 +14,10 @@ import urllib.request
 import pytest
 
 from lpxtop import textsafe
-from lpxtop.engine.http_proxy import ProxySettings, is_loopback
-from lpxtop.engine.httpclient import HttpClient, ProxyError, UnsupportedProtocol
 from lpxtop.engine.probe import run_probe
 from lpxtop.engine.probe.errors import classify_exception
+from lpxtop.http import HttpClient, ProxyError, UnsupportedProtocol, is_loopback
+from lpxtop.http.proxies import ProxySettings
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.functional.http_servers import (

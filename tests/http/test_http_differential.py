@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.functional.http_reference import Outcome, ours, reference, split
+from tests.http.http_reference import Outcome, ours, reference, split
 
 pytestmark = pytest.mark.timeout(300)
 

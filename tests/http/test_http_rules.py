@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lpxtop.engine.http_decoding import ContentDecoder, UnknownEncoding, decoder_for
-from lpxtop.engine.http_redirects import next_url, shown_url, strips_credentials, without_credentials
-from lpxtop.engine.httpclient import RedirectError, Timeout
+from lpxtop.http import RedirectError, Timeout
+from lpxtop.http.decoding import ContentDecoder, UnknownEncoding, decoder_for
+from lpxtop.http.redirects import next_url, shown_url, strips_credentials, without_credentials
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ class SseParser:
     any byte, including inside a multi-byte UTF-8 character (lines are decoded only once complete), and
     drops a UTF-8 byte order mark at the start of the stream, as the SSE specification says (kept, it
     would make the first line's field name "\\ufeffdata" and lose the first event).
-    Held to a maintained parser (httpx-sse's decoder) by tests/unit/test_sse_reference.py.
+    Held to a maintained parser (httpx-sse's decoder) by tests/http/test_sse_reference.py.
     """
 
     def __init__(self) -> None:

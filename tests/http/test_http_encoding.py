@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from lpxtop.engine.http_decoding import DECODE_STEP_BYTES, ContentDecoder
-from lpxtop.engine.httpclient import BodyTooLarge, DecodingError, HttpClient
 from lpxtop.engine.probe import run_probe
 from lpxtop.engine.probe.errors import classify_exception
 from lpxtop.engine.servers import ServerScraper
+from lpxtop.http import BodyTooLarge, DecodingError, HttpClient
+from lpxtop.http.decoding import DECODE_STEP_BYTES, ContentDecoder
 from lpxtop.model.endpoint import EndpointConfig
 from tests.functional.http_servers import answer_each, raw_server, read_request, sse_response
 from tests.functional.simhelpers import endpoint

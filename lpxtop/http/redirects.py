@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from lpxtop import textsafe
-from lpxtop.engine.http_errors import RedirectError
+from lpxtop.http.errors import RedirectError
 
 MAX_REDIRECTS = 5
 REDIRECT_STATUSES = frozenset((301, 302, 303, 307, 308))

@@ -1,4 +1,4 @@
-"""The exceptions of lpxtop's HTTP client (`lpxtop.engine.httpclient` re-exports every one).
+"""The exceptions of lpxtop's HTTP client (`lpxtop.http` exports every one).
 
 In a module of their own so that the client's helpers (content decoding, proxies, redirects) raise the
 same classes without importing the client. Errors caused by the network are raised `from` the OSError

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from lpxtop import textsafe
-from lpxtop.engine.httpclient import HttpClient, ReadTimeout, RedirectError
 from lpxtop.engine.probe import run_probe, shown_url
+from lpxtop.http import HttpClient, ReadTimeout, RedirectError
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.functional.http_servers import raw_server, read_request

@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lpxtop.engine.sse import SseParser
+from lpxtop.http import SseParser
 from tests.conftest import FIXTURES
 
 VLLM = (FIXTURES / "sse" / "vllm-0.32.0-chat-stream-include-usage.txt").read_bytes()

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from lpxtop.engine.httpclient import HttpClient, ReadTimeout, Timeout
 from lpxtop.engine.probe import fetch_models, run_probe
+from lpxtop.http import HttpClient, ReadTimeout, Timeout
 from tests.functional.http_servers import raw_server, read_request, trickle
 from tests.functional.simhelpers import endpoint
 
