@@ -466,7 +466,7 @@ def _report(plan: LoadPlan, controller, args, interrupted: bool, record_path: st
         warnings.append("--no-random-prefix: prefix caching may hide prefill time")
     limited = [s.index + 1 for s in state.steps if s.client.limited]
     if limited:
-        warnings.append(f"steps {', '.join(map(str, limited))} were client-limited (lpxtop short of CPU): "
+        warnings.append(f"steps {', '.join(map(str, limited))} were client-limited (lpxtop short of CPU or file descriptors): "
                         "never chosen as the capacity")
     outcome = controller.outcome
     if interrupted and outcome == "done":

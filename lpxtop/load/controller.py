@@ -353,7 +353,7 @@ class LoadController:
                 cpu_share = (window_end_marks[0] - start_mark[0]) / 1e9 / span
         counted = run.counted
         health = client_health(ticks.lags_ms, cpu_share, lag_limit_ms=plan.lag_limit_ms,
-                               cpu_wait_limit=plan.cpu_wait_limit)
+                               cpu_wait_limit=plan.cpu_wait_limit, fd_failures=run.fd_failures)
         step = summarize(
             base, counted.records, counted.gaps, counted.duration_s,
             goodput_bounds=plan.slo.request_bounds() if plan.slo else None,

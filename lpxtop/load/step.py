@@ -108,6 +108,7 @@ class StepRun:
         self.arrivals_delayed = 0
         self.counted_sent = 0
         self.workers_counted = 0  # closed loop: workers that have sent a counted request
+        self.fd_failures = 0  # requests (any phase) that lpxtop could not send: its own descriptors ran out
         self.window_extended_s = 0.0
         self.status = "running"
         self._counted_open: dict[asyncio.Task, tuple[int, float]] = {}  # counted requests in flight: start
@@ -301,6 +302,8 @@ class StepRun:
             if counted and task is not None:
                 self._counted_open.pop(task, None)
         end_ns = time.perf_counter_ns()
+        if sample.error_kind == "client_fd_limit":
+            self.fd_failures += 1
         record = RequestRecord.of(sample, end_ns, lag_ns / 1e6, phase)
         if counted:
             self.counted.add(record, sample)

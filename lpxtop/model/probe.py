@@ -142,5 +142,6 @@ ERROR_KINDS = (
     "error_event",
     "not_streamed",  # one JSON body (or a page) instead of an event stream: see probe._body_error
     "empty",
+    "client_fd_limit",  # lpxtop's own file descriptors ran out (EMFILE/ENFILE): its limit, not the server's
     "other",
 )

@@ -59,3 +59,32 @@ def test_an_open_loop_far_past_its_slots_counts_what_it_sent_and_says_the_rate_w
     assert step.saturated is not None
     assert [r.metric for r in step.slo if not r.met] == []
     assert json.loads(json.dumps(step.to_json()))["arrivals_delayed"] == step.arrivals_delayed
+
+
+def test_lpxtops_own_descriptor_limit_is_its_own_error_and_the_step_is_client_limited(tmp_path):
+    # lpxtop run with 64 file descriptors and 100 requests to keep in flight: the connections it cannot open
+    # are its own limit (client_fd_limit), not the server refusing (refused), and the step says so.
+    import resource
+    import subprocess
+    import sys
+
+    from tests.functional.test_load_cli import REPO
+
+    def limit_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    out = tmp_path / "r.json"
+    cfg = SimConfig(max_num_seqs=256, itl_ms=20.0, ttft_ms=5.0, batch_factor=0.0, jitter=0.0, seed=23)
+    with start_sim_in_thread(cfg) as sim:
+        proc = subprocess.run(
+            [sys.executable, "-m", "lpxtop", "load", sim.url, "--concurrency", "100", "--duration", "0.5",
+             "--warmup", "0.2", "--output-tokens", "8", "--no-ui", "--no-record", "--json", str(out),
+             "--client-lag-limit", "1000", "--client-cpu-wait-limit", "1"],
+            cwd=REPO, capture_output=True, text=True, timeout=60, preexec_fn=limit_descriptors)
+    assert proc.returncode == 0, proc.stderr
+    (step,) = json.loads(out.read_text())["steps"]
+    assert "refused" not in step["errors"], step["errors"]
+    assert step["errors"].get("client_fd_limit", 0) > 0 and step["completed"] > 0
+    assert step["client"]["client_limited"] is True
+    assert "file descriptors" in step["client"]["reason"] and "ulimit -n" in step["client"]["reason"]
+    assert "client-limited (lpxtop short of CPU or file descriptors)" in proc.stderr
