@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -21,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import IO, Any
 
+from lpxtop import jsonout
 from lpxtop.engine.clientlimit import LoopLag, ThreadCpuWait
 from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
@@ -385,7 +385,7 @@ class LoadController:
         def handle(record: RequestRecord, sample: Sample | None) -> None:
             if out is not None:
                 try:
-                    out.write(json.dumps(record.to_json(index, mode, level)) + "\n")
+                    out.write(jsonout.dumps(record.to_json(index, mode, level)) + "\n")
                 except (OSError, ValueError) as exc:  # a full disk must not stop the test
                     log.warning("cannot write the requests file: %s", exc)
             for listener in tuple(listeners):

@@ -10,14 +10,13 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import io
-import json
 import os
 import socket
 import sys
 import tempfile
 from collections.abc import Sequence
 
-from lpxtop import __version__
+from lpxtop import __version__, jsonout
 from lpxtop.load.search import fmt_ms
 from lpxtop.model.load import SCHEMA, LoadState, StepResult, format_level
 
@@ -117,7 +116,8 @@ def write_text(path: str, text: str) -> None:
 
 
 def dumps(report: dict) -> str:
-    return json.dumps(report, indent=2) + "\n"
+    """The report as JSON that every reader parses (a non-finite number is null: lpxtop/jsonout.py)."""
+    return jsonout.dumps(report, indent=2) + "\n"
 
 
 def step_table(state: LoadState) -> str:

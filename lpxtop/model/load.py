@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from lpxtop.jsonout import json_safe
 from lpxtop.model.probe import quantile_sorted
 
 SCHEMA = "lpxtop-load/1"
@@ -22,7 +23,7 @@ PHASES = ("starting", "warmup", "measuring", "draining", "judging", "done", "sto
 
 
 def _r(x: float | None, digits: int = 3) -> float | None:
-    return None if x is None else round(x, digits)
+    return None if x is None or not math.isfinite(x) else round(x, digits)
 
 
 @dataclass(frozen=True)
@@ -251,7 +252,7 @@ class StepResult:
         out["arrivals_delayed"] = self.arrivals_delayed
         out["wall_s"] = _r(self.wall_s, 3)
         out["window_extended_s"] = _r(self.window_extended_s, 3)
-        return out
+        return json_safe(out)  # a server's +Inf or NaN never reaches a report, a recording or an export
 
 
 @dataclass(frozen=True)

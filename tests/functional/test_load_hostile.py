@@ -54,7 +54,7 @@ def test_an_open_loop_far_past_its_slots_counts_what_it_sent_and_says_the_rate_w
                         warmup_s=0.1, slo=parse_slo("error_rate<=1%"))
         run = run_plan(plan, timeout_s=30)
     (step,) = run.state.steps
-    assert step.completed >= 4 and step.failed == 0
+    assert step.completed >= 4 and step.failed == 0, (step.completed, step.errors, step.status)
     assert step.arrivals_delayed >= step.completed - 4
     assert step.saturated is not None
     assert [r.metric for r in step.slo if not r.met] == []
@@ -88,3 +88,122 @@ def test_lpxtops_own_descriptor_limit_is_its_own_error_and_the_step_is_client_li
     assert step["client"]["client_limited"] is True
     assert "file descriptors" in step["client"]["reason"] and "ulimit -n" in step["client"]["reason"]
     assert "client-limited (lpxtop short of CPU or file descriptors)" in proc.stderr
+
+
+def strict_json(text: str):
+    """json.loads that refuses Infinity, -Infinity and NaN, as jq, Go and browsers do."""
+    def refuse(name: str):
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def hostile_metrics_page() -> str:
+    """A real vLLM /metrics capture with the gauges and counters a load step reads set to +Inf and NaN."""
+    from pathlib import Path
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "metrics" / "vllm-0.32.0-cpu-local-capture-after-load.txt"
+    out = []
+    for line in fixture.read_text().splitlines():
+        name = line.split("{")[0].split(" ")[0]
+        if name in ("vllm:num_requests_waiting", "vllm:time_to_first_token_seconds_sum",
+                    "vllm:request_queue_time_seconds_sum", "vllm:num_preemptions_total"):
+            line = line.rsplit(" ", 1)[0] + " +Inf"
+        elif name in ("vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:prefix_cache_queries_total",
+                      "vllm:generation_tokens_total"):
+            line = line.rsplit(" ", 1)[0] + " NaN"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_a_server_whose_metrics_hold_inf_and_nan_still_gets_valid_json_everywhere(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from tests.functional.test_load_cli import REPO
+
+    page = hostile_metrics_page().encode()
+
+    class Metrics(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    metrics = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=metrics.serve_forever, daemon=True).start()
+    state = tmp_path / "state"
+    env = {**os.environ, "XDG_STATE_HOME": str(state)}
+    try:
+        cfg = SimConfig(max_num_seqs=4, itl_ms=2.0, ttft_ms=5.0, jitter=0.0, seed=24)
+        with start_sim_in_thread(cfg) as sim:
+            proc = subprocess.run(
+                [sys.executable, "-m", "lpxtop", "load", sim.url, "--concurrency", "2", "--duration", "1.5",
+                 "--warmup", "0.2", "--output-tokens", "8", "--no-ui", "--json", str(tmp_path / "r.json"),
+                 "--requests-jsonl", str(tmp_path / "req.jsonl"), "--csv", str(tmp_path / "s.csv"),
+                 "--metrics-url", f"http://127.0.0.1:{metrics.server_address[1]}/metrics",
+                 "--client-lag-limit", "1000", "--client-cpu-wait-limit", "1"],
+                cwd=REPO, capture_output=True, text=True, timeout=60, env=env)
+    finally:
+        metrics.shutdown()
+    assert proc.returncode == 0, proc.stderr
+    report = strict_json((tmp_path / "r.json").read_text())
+    (step,) = report["steps"]
+    server = step["server"]
+    assert server["kind"] == "vllm" and server["scrapes"] >= 2
+    for key in ("peak_requests_waiting", "peak_requests_running", "peak_kv_cache_usage", "mean_ttft_ms",
+                "mean_queue_ms", "preemptions", "generation_tokens"):
+        assert server[key] is None, key  # not known: never Infinity or NaN
+    for line in (tmp_path / "req.jsonl").read_text().splitlines():
+        strict_json(line)
+    assert "inf" not in (tmp_path / "s.csv").read_text().lower()
+    exported = subprocess.run([sys.executable, "-m", "lpxtop", "export", report["recording"], "--what", "load"],
+                              cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert exported.returncode == 0, exported.stderr
+    rows = [strict_json(line) for line in exported.stdout.splitlines()]
+    assert [r["type"] for r in rows].count("load_step") == 1
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e300", "-1"])
+def test_a_warmup_that_is_no_length_is_a_usage_error_before_any_load(value):
+    import subprocess
+    import sys
+
+    from tests.functional.test_load_cli import REPO
+
+    cfg = SimConfig(max_num_seqs=4, itl_ms=2.0, ttft_ms=5.0, jitter=0.0, seed=25)
+    with start_sim_in_thread(cfg) as sim:
+        proc = subprocess.run([sys.executable, "-m", "lpxtop", "load", sim.url, "--concurrency", "1",
+                               f"--warmup={value}", "--duration", "0.5", "--no-ui", "--no-record"],
+                              cwd=REPO, capture_output=True, text=True, timeout=30)
+        received = len(sim.server.records)
+    assert proc.returncode == 2 and "--warmup" in proc.stderr
+    assert received == 0
+
+
+@pytest.mark.parametrize("where", ["a directory", "/proc"])
+def test_a_report_path_that_cannot_be_written_is_a_usage_error_before_any_load(tmp_path, where):
+    import subprocess
+    import sys
+
+    from tests.functional.test_load_cli import REPO
+
+    path = str(tmp_path) if where == "a directory" else "/proc/lpxtop-report.json"
+    cfg = SimConfig(max_num_seqs=4, itl_ms=2.0, ttft_ms=5.0, jitter=0.0, seed=26)
+    with start_sim_in_thread(cfg) as sim:
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "lpxtop", "load", sim.url, "--concurrency", "1",
+                               "--warmup", "0.2", "--duration", "5", "--no-ui", "--no-record", "--json", path],
+                              cwd=REPO, capture_output=True, text=True, timeout=30)
+        took = time.monotonic() - started
+        received = len(sim.server.records)
+    assert proc.returncode == 2 and f"cannot write {path}" in proc.stderr, proc.stderr
+    assert received == 0 and took < 5.0  # before the test, not after it
