@@ -183,6 +183,34 @@ def test_every_run_is_recorded_by_default_with_a_mark_per_step(tmp_path):
         source.close()
 
 
+def test_a_step_mark_after_the_recordings_last_reading_is_still_a_place_replay_jumps_to(tmp_path):
+    """A load step's mark is placed at its first request; on a busy machine the engine's last reading (every
+    second) can come before the last step began, and replay must still find the mark (`n`)."""
+    from lpxtop.load.cli import build_load_engine
+    from lpxtop.record.recorder import Recorder
+    from lpxtop.record.replay import ReplaySource
+    from tests.functional.loadhelpers import plan_for
+
+    path = tmp_path / "run.lpxrec"
+    with start_sim_in_thread(FAST_SIM) as sim:
+        plan = plan_for(sim.url)
+        engine = build_load_engine(plan, ui=False, scrape=True, readings=True)
+        recorder = Recorder.start_for(engine, path, endpoints=[plan.endpoint])
+        with engine:
+            time.sleep(1.3)
+    after_the_last_reading = time.time() + 2.0
+    recorder.mark("load_step", {"label": "step 2"}, after_the_last_reading)
+    recorder.close()
+    source = ReplaySource(path, playing=False)
+    try:
+        assert source.end < after_the_last_reading or source.timeline.end >= after_the_last_reading
+        found = source.timeline.next_mark(1, ("load_step",))
+        assert found is not None and found.t == after_the_last_reading
+        assert source.timeline.position() == after_the_last_reading
+    finally:
+        source.close()
+
+
 def test_no_record_writes_no_recording(tmp_path):
     state = tmp_path / "state"
     with start_sim_in_thread(FAST_SIM) as sim:
