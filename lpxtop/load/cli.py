@@ -96,6 +96,10 @@ def build_parser(command: str) -> argparse.ArgumentParser:
                       help="open loop: gamma shape of the arrival gaps as vllm bench serve (1 = Poisson, <1 burstier)")
     load.add_argument("--max-concurrency", type=_positive_int, default=DEFAULT_MAX_CONCURRENCY, metavar="N",
                       help=f"open loop: most requests in flight; later arrivals wait (default {DEFAULT_MAX_CONCURRENCY})")
+    load.add_argument("--stagger", action="store_true",
+                      help="closed loop: spread the workers' first requests over the warm-up instead of sending "
+                      "them at once (as vllm bench serve does), so that they do not go in rounds; make the warm-up "
+                      "at least one request long. The report's rhythm says how synchronised the sends were")
     load.add_argument("--seed", type=int, default=0, help="seed of the arrival times (default 0)")
     slo = parser.add_argument_group("SLO and capacity search")
     slo.add_argument("--slo", metavar="OBJECTIVES", help='judge each step, e.g. "ttft_p95<=500ms,e2e_p95<=10s,error_rate<=1%%"')
@@ -157,6 +161,15 @@ def build_parser(command: str) -> argparse.ArgumentParser:
 
 def plan_from_args(args: argparse.Namespace) -> LoadPlan:
     """The LoadPlan the flags describe; raises ConfigError (exit 2) saying what to change."""
+    try:
+        return _plan_from_args(args)
+    except ConfigError:
+        raise
+    except ValueError as exc:  # what LoadPlan itself refuses
+        raise ConfigError(str(exc)) from None
+
+
+def _plan_from_args(args: argparse.Namespace) -> LoadPlan:
     for name, value in vars(args).items():
         if isinstance(value, list):  # `--warmup=--`: argparse (3.11) hands over [] instead of a value
             raise ConfigError(f"--{name.replace('_', '-')} needs a value")
@@ -202,7 +215,7 @@ def plan_from_args(args: argparse.Namespace) -> LoadPlan:
         endpoint=endpoint, output_tokens=args.output_tokens, ignore_eos=args.ignore_eos, duration_s=args.duration,
         warmup_s=args.warmup, burstiness=args.burstiness, max_concurrency=args.max_concurrency, slo=slo,
         seed=args.seed, max_steps=args.max_steps, precision=args.precision, lag_limit_ms=args.client_lag_limit,
-        cpu_wait_limit=args.client_cpu_wait_limit,
+        cpu_wait_limit=args.client_cpu_wait_limit, stagger=args.stagger,
     )
     if args.sweep:
         if slo is None:

@@ -26,6 +26,7 @@ from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.load.plan import LoadPlan
 from lpxtop.load.prompts import CALIBRATION_WORDS, Calibration, filler_text
+from lpxtop.load.rhythm import rhythm_of
 from lpxtop.load.search import capacity, knee, saturation
 from lpxtop.load.server_window import ServerWatch
 from lpxtop.load.step import StepRun, StepSpec
@@ -264,7 +265,9 @@ class LoadController:
         plan = self.plan
         points = []
         for words in (CALIBRATION_WORDS, 2 * CALIBRATION_WORDS):
-            endpoint = replace(plan.step_endpoint(None, None), prompt=filler_text(words), max_tokens=1)
+            # no random prefix: its token count varies from request to request (see load/prompts.py)
+            endpoint = replace(plan.step_endpoint(None, None), prompt=filler_text(words), max_tokens=1,
+                               random_prefix=False)
             self._publish(phase="warmup", message=f"calibrating the prompt length ({words} words)")
             sample = await self._probe(client, endpoint)
             if not sample.ok and sample.error_kind in DOWN_KINDS:
@@ -296,6 +299,8 @@ class LoadController:
             burstiness=plan.burstiness,
             max_concurrency=plan.max_concurrency,
             seed=plan.seed + index,
+            stagger_s=plan.warmup_s if plan.stagger and concurrency is not None else 0.0,
+            head_words=plan.head_words(tokens, self.calibration),
         )
         base = StepResult(
             index=index, mode=plan.mode, level=level, concurrency=concurrency, request_rate=rate,
@@ -359,8 +364,9 @@ class LoadController:
             goodput_bounds=plan.slo.request_bounds() if plan.slo else None,
             client=health, server=server, status=run.status,
         )
+        rhythm = rhythm_of([r.start_ns for r in counted.records], schedule=plan.schedule, workers=concurrency)
         step = replace(step, arrivals_delayed=run.arrivals_delayed, wall_s=end_perf - times.start,
-                       window_extended_s=run.window_extended_s)
+                       window_extended_s=run.window_extended_s, rhythm=rhythm)
         if plan.slo is not None:
             results, met = plan.slo.judge(step)
             step = replace(step, slo=results, slo_met=met)

@@ -13,7 +13,9 @@ measurement as `lpxtop` and `lpxtop once`), with one connection each: the client
 connections than can ever be in flight, so no request waits for one.
 
 - Closed loop: `concurrency` workers, each sending its next request when the previous one ends: exactly
-  that many in flight, never more.
+  that many in flight, never more. They start together (as `vllm bench serve --max-concurrency`), or with
+  `stagger_s` worker i of C sends its first request i/C of it later, so they do not go in rounds
+  (lpxtop/load/rhythm.py).
 - Open loop: arrivals on an absolute timeline from `schedule.arrival_gaps` (gamma, `burstiness`); at most
   `max_concurrency` in flight; an arrival that finds them all busy waits for a slot (as `vllm bench serve
   --max-concurrency`) and is counted in `arrivals_delayed`. A request's phase is decided by its arrival
@@ -31,11 +33,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lpxtop.engine.clientlimit import LoopLag
 from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import run_probe
+from lpxtop.load.prompts import random_head
 from lpxtop.load.schedule import arrival_gaps
 from lpxtop.load.stepstats import RequestRecord, StepRequests
 from lpxtop.model.endpoint import EndpointConfig
@@ -59,6 +62,8 @@ class StepSpec:
     burstiness: float = 1.0
     max_concurrency: int = 1024
     seed: int = 0
+    stagger_s: float = 0.0  # closed loop: worker i of C sends its first request at i / C of this (0: all at once)
+    head_words: int = 0  # each request's prompt starts with this many random filler words (load/prompts.py)
 
     @property
     def closed_loop(self) -> bool:
@@ -234,7 +239,8 @@ class StepRun:
     async def _closed_loop(self) -> None:
         spec = self.spec
         assert spec.concurrency is not None
-        workers = [asyncio.ensure_future(self._worker()) for _ in range(spec.concurrency)]
+        workers = [asyncio.ensure_future(self._worker(i * spec.stagger_s / spec.concurrency))
+                   for i in range(spec.concurrency)]
         try:
             await asyncio.gather(*workers)
         finally:
@@ -242,7 +248,9 @@ class StepRun:
                 w.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
 
-    async def _worker(self) -> None:
+    async def _worker(self, first_after_s: float = 0.0) -> None:
+        if first_after_s > 0:
+            await self._until(self.times.start + first_after_s)
         counted = False  # has this worker sent a counted request yet?
         while self._sending and (not counted or self._keep_sending()):
             phase = self._phase_at(time.perf_counter())
@@ -294,8 +302,11 @@ class StepRun:
         watch = self.lag.watch()
         self.in_flight += 1
         self.sent += 1
+        endpoint = spec.endpoint
+        if spec.head_words:
+            endpoint = replace(endpoint, prompt=f"{random_head(spec.head_words)} {endpoint.prompt}")
         try:
-            sample = await run_probe(self.client, spec.endpoint, spec.model, include_usage=spec.include_usage)
+            sample = await run_probe(self.client, endpoint, spec.model, include_usage=spec.include_usage)
         finally:
             lag_ns = watch.close()
             self.in_flight -= 1

@@ -12,9 +12,11 @@ import pytest
 from lpxtop.cli import main
 from lpxtop.config import ConfigError
 from lpxtop.load.cli import build_parser, is_local, plan_from_args
-from lpxtop.load.prompts import FILLER_WORDS, Calibration, filler_text
+from lpxtop.load.plan import LoadPlan
+from lpxtop.load.prompts import FILLER_WORDS, HEAD_WORDS, Calibration, filler_text, random_head
 from lpxtop.load.report import report_json, steps_csv, write_text
 from lpxtop.load.server_window import ServerWatch, parse_counters
+from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.events import ScrapeEvent
 from lpxtop.model.load import Capacity, LoadState, ServerDuringStep, StepResult
 from lpxtop.model.server import ServerMetrics
@@ -60,14 +62,19 @@ def test_step_server_figures_are_window_deltas_and_scrape_peaks():
 
 
 def test_calibration_aims_at_the_servers_token_count():
-    # the simulator's tokenizer: one token per word plus the chat template and the random prefix
-    def server_tokens(words: int) -> int:
-        text = f"[0123456789ab] {filler_text(words)}"
+    # the simulator's tokenizer: one token per word plus the chat template; calibrated without a prefix
+    def server_tokens(text: str) -> int:
         return len(chat_prompt_tokens([{"role": "user", "content": text}]))
 
-    cal = Calibration.from_points(64, server_tokens(64), 128, server_tokens(128))
-    for target in (128, 1024, 4096):
-        assert server_tokens(cal.words_for(target)) == target
+    cal = Calibration.from_points(64, server_tokens(filler_text(64)), 128, server_tokens(filler_text(128)))
+    plan = LoadPlan(endpoint=EndpointConfig(name="t", url="http://127.0.0.1:9/v1"), mode="concurrency", levels=(1.0,))
+    for target in (16, 128, 1024, 4096):
+        endpoint = plan.step_endpoint(target, cal)
+        head = plan.head_words(target, cal)
+        assert 0 < head <= HEAD_WORDS and not endpoint.random_prefix
+        # every request as sent: a fresh random head, then the fixed filler; the length never varies
+        prompts = {f"{random_head(head)} {endpoint.prompt}" for _ in range(20)}
+        assert len(prompts) == 20 and {server_tokens(p) for p in prompts} == {target}
     assert all(len(w) <= 5 for w in FILLER_WORDS)
 
 
