@@ -17,7 +17,9 @@ class SimConfig:
 
     Timing: a decode step takes `itl_ms * (1 + batch_factor * (running - 1))`; a step that admits new
     requests also pays `ttft_ms + prefill_ms_per_token * uncached_prompt_tokens` once (prefills are
-    batched). Every step gets +/- `jitter` (a share) of seeded random noise.
+    batched), and its decode term counts only the requests decoding in it (`running` minus those being
+    prefilled: a prompt costs its prefill, not a decode slot too). Every step gets +/- `jitter` (a share)
+    of seeded random noise.
     Capacity: at most `max_num_seqs` running requests; the rest wait FIFO, at most `max_waiting` of
     them (more get HTTP 503). Each running request holds prompt + generated tokens of the `kv_tokens`
     KV cache; when the next step would overflow it, the newest running request is preempted.
