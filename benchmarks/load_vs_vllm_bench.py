@@ -5,7 +5,8 @@ at once and lets C of them run (a semaphore), `lpxtop load` runs C workers; each
 when one ends. For each level C and each repeat, this script runs the two one after the other against the
 same server (the order alternates between repeats, so drift on a shared machine does not favour one), with
 the same output length (`--ignore-eos`) and the same prompt length by the server's own count (lpxtop's
-`--input-tokens` is set to what the server counted for the benchmark's `--random-input-len`), and the same
+`--input-tokens` is set to what the server counted for the benchmark's `--random-input-len` in the level's
+first run), and the same
 number of rounds: the benchmark gets `--rounds` × C prompts, lpxtop a one-round warm-up and a window of
 the other rounds (a round's length taken from the benchmark's run). lpxtop also runs with `--stagger`
 (its workers spread over the warm-up instead of starting together), which the reference cannot do.
@@ -13,8 +14,9 @@ the other rounds (a round's length taken from the benchmark's run). lpxtop also 
 It prints one markdown table: per level and client, the median over the repeats of TTFT p50 (with the
 repeats' range), TTFT p99, TPOT p50 and request throughput as each client reports them, the rhythm of the
 sends (`synchrony`, lpxtop/load/rhythm.py, computed the same way for both: for the benchmark from its
-per-request start times), the prompt tokens the server counted, and whether lpxtop's TTFT p50 agrees with
-the benchmark's within 15 % + 5 ms. Request throughput is each client's own definition: the benchmark's
+per-request start times after its first round, which leaves at once by construction), the prompt tokens the server counted, the mean TTFT each client measured next to
+the server's own over the same run (Δsum/Δcount of `vllm:time_to_first_token_seconds`: which client's
+figure the server confirms), and whether lpxtop's TTFT p50 agrees with the benchmark's within 15 % + 5 ms. Request throughput is each client's own definition: the benchmark's
 covers its whole run (ramp and tail included), lpxtop's its measured window's requests.
 
 Servers: the simulator (`lpxtop sim --model small-llama --ttft-ms 20 --itl-ms 40 --max-num-seqs 512
@@ -69,6 +71,8 @@ class Run:
     repeat: int
     ttft_p50: float | None = None
     ttft_p99: float | None = None
+    ttft_mean: float | None = None
+    server_ttft_mean: float | None = None  # the server's own, Δsum/Δcount of its TTFT histogram over the run
     tpot_p50: float | None = None
     req_s: float | None = None
     synchrony: float | None = None
@@ -88,6 +92,38 @@ class Level:
     runs: list[Run] = field(default_factory=list)
 
 
+def server_ttft(base: str) -> tuple[float, float] | None:
+    """(sum s, count) of vllm:time_to_first_token_seconds from the server's /metrics, or None."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as response:
+            text = response.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    total = count = 0.0
+    for family in text_string_to_metric_families(text):
+        if family.name == "vllm:time_to_first_token_seconds":
+            for sample in family.samples:
+                if sample.name.endswith("_sum"):
+                    total += sample.value
+                elif sample.name.endswith("_count"):
+                    count += sample.value
+    return total, count
+
+
+def with_server_ttft(base: str, measure, *args, **kwargs) -> Run:
+    """Run `measure(*args, **kwargs)` (a Run) and fill its server_ttft_mean from readings before and after it."""
+    first = server_ttft(base)
+    run = measure(*args, **kwargs)
+    last = server_ttft(base)
+    if first and last and last[1] > first[1]:
+        run.server_ttft_mean = (last[0] - first[0]) / (last[1] - first[1]) * 1000
+    return run
+
+
 def bench(base: str, level: int, args, out_dir: Path, repeat: int, server: str, prompts: int | None = None) -> Run:
     run = Run(server, level, "vllm bench serve", repeat)
     prompts = prompts or max(args.rounds * level, MIN_PROMPTS)
@@ -104,10 +140,13 @@ def bench(base: str, level: int, args, out_dir: Path, repeat: int, server: str, 
         return run
     data = json.loads(path.read_text())
     run.ttft_p50, run.ttft_p99 = data.get("median_ttft_ms"), data.get("p99_ttft_ms")
+    run.ttft_mean = data.get("mean_ttft_ms")
     run.tpot_p50, run.req_s = data.get("median_tpot_ms"), data.get("request_throughput")
     run.requests, run.failed = data.get("completed", 0), data.get("failed", 0)
     run.seconds = data.get("duration", 0.0)
-    starts = [int(t * 1e9) for t in data.get("start_times") or [] if t is not None]
+    # its first round leaves at once by construction (every task exists from the start): the rhythm is that
+    # of the rounds after it, as lpxtop's is that of its measured window
+    starts = sorted(int(t * 1e9) for t in data.get("start_times") or [] if t is not None)[level:]
     run.synchrony = synchrony(starts, level)
     lens = [n for n in data.get("input_lens") or [] if n]
     run.prompt_tokens = statistics.fmean(lens) if lens else None
@@ -141,6 +180,7 @@ def lpxtop(base: str, level: int, args, out_dir: Path, repeat: int, server: str,
         return run
     step = steps[0]
     run.ttft_p50, run.ttft_p99 = step.get("median_ttft_ms"), step.get("p99_ttft_ms")
+    run.ttft_mean = step.get("mean_ttft_ms")
     run.tpot_p50, run.req_s = step.get("median_tpot_ms"), step.get("request_throughput")
     run.requests, run.failed = step.get("completed", 0), step.get("failed", 0)
     run.synchrony = (step.get("rhythm") or {}).get("synchrony")
@@ -183,12 +223,8 @@ def real_vllm(max_num_seqs: int) -> Iterator[tuple[str, str]]:
 
 def measure(base: str, server: str, levels: list[int], args, out_dir: Path) -> list[Level]:
     found: list[Level] = []
-    # the prompt the benchmark's --random-input-len makes, as the server counts it: lpxtop aims at the same
-    probe = bench(base, 1, args, out_dir, 99, server, prompts=3)
-    prompt_tokens = round(probe.prompt_tokens) if probe.prompt_tokens else None
-    print(f"[{server}] the benchmark's prompts: {probe.prompt_tokens} tokens by the server's count",
-          file=sys.stderr, flush=True)
     for level in levels:
+        prompt_tokens = None  # the benchmark's prompt as the server counts it: lpxtop aims at the same
         row = Level(server, level)
         found.append(row)
         for repeat in range(args.repeats):
@@ -197,18 +233,20 @@ def measure(base: str, server: str, levels: list[int], args, out_dir: Path) -> l
                 order = ["bench", "lpxtop"]
             for what in order:
                 if what == "bench":
-                    r = bench(base, level, args, out_dir, repeat, server)
+                    r = with_server_ttft(base, bench, base, level, args, out_dir, repeat, server)
                     if r.seconds and r.requests and row.round_s is None:
                         row.round_s = r.seconds / max(1.0, r.requests / level)
+                    if prompt_tokens is None and r.prompt_tokens:
+                        prompt_tokens = round(r.prompt_tokens)
                     row.runs.append(r)
                 else:
-                    row.runs.append(lpxtop(base, level, args, out_dir, repeat, server, row.round_s or 5.0,
-                                           prompt_tokens, stagger=False))
+                    row.runs.append(with_server_ttft(base, lpxtop, base, level, args, out_dir, repeat, server,
+                                                     row.round_s or 5.0, prompt_tokens, stagger=False))
                 print(f"[{server}] C={level} repeat {repeat + 1}: {row.runs[-1].client}: TTFT p50 "
                       f"{fmt(row.runs[-1].ttft_p50)} ms {row.runs[-1].note}", file=sys.stderr, flush=True)
             if args.stagger and level > 1:
-                row.runs.append(lpxtop(base, level, args, out_dir, repeat, server, row.round_s or 5.0,
-                                       prompt_tokens, stagger=True))
+                row.runs.append(with_server_ttft(base, lpxtop, base, level, args, out_dir, repeat, server,
+                                                 row.round_s or 5.0, prompt_tokens, stagger=True))
                 print(f"[{server}] C={level} repeat {repeat + 1}: lpxtop --stagger: TTFT p50 "
                       f"{fmt(row.runs[-1].ttft_p50)} ms {row.runs[-1].note}", file=sys.stderr, flush=True)
     return found
@@ -230,9 +268,9 @@ def agrees(ours: float | None, theirs: float | None) -> bool | None:
 
 
 def table(levels: list[Level]) -> str:
-    lines = ["| server | C | client | TTFT p50 ms (range) | TTFT p99 ms | TPOT p50 ms | req/s | synchrony | "
-             "prompt tok | TTFT p50 within 15 % + 5 ms |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| server | C | client | TTFT p50 ms (range) | TTFT p99 ms | TTFT mean ms (server's) | TPOT p50 ms | "
+             "req/s | synchrony | prompt tok | TTFT p50 within 15 % + 5 ms |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in levels:
         ref = median([r.ttft_p50 for r in row.runs if r.client == "vllm bench serve"])
         for client in ("vllm bench serve", "lpxtop load", "lpxtop load --stagger"):
@@ -253,7 +291,8 @@ def table(levels: list[Level]) -> str:
             notes = "; ".join(sorted({r.note for r in runs if r.note}))
             lines.append(
                 f"| {row.server} | {row.level} | {client}{limited} | {fmt(p50)}{spread} | "
-                f"{fmt(median([r.ttft_p99 for r in runs]))} | {fmt(median([r.tpot_p50 for r in runs]))} | "
+                f"{fmt(median([r.ttft_p99 for r in runs]))} | {fmt(median([r.ttft_mean for r in runs]))} "
+                f"({fmt(median([r.server_ttft_mean for r in runs]))}) | {fmt(median([r.tpot_p50 for r in runs]))} | "
                 f"{fmt(median([r.req_s for r in runs]), 2)} | {fmt(median([r.synchrony for r in runs]), 2)} | "
                 f"{fmt(median([r.prompt_tokens for r in runs]))} | {verdict}{(' ' + notes) if notes else ''} |")
     return "\n".join(lines)
