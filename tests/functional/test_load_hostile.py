@@ -207,3 +207,32 @@ def test_a_report_path_that_cannot_be_written_is_a_usage_error_before_any_load(t
         received = len(sim.server.records)
     assert proc.returncode == 2 and f"cannot write {path}" in proc.stderr, proc.stderr
     assert received == 0 and took < 5.0  # before the test, not after it
+
+
+def test_a_report_that_cannot_be_written_at_the_end_still_prints_the_table(tmp_path):
+    # the directory passed the check before the test, and is gone by its end (a full disk reads the same)
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.functional.test_load_cli import REPO
+
+    out_dir = tmp_path / "reports"
+    out_dir.mkdir()
+    cfg = SimConfig(max_num_seqs=4, itl_ms=2.0, ttft_ms=5.0, jitter=0.0, seed=27)
+    with start_sim_in_thread(cfg) as sim:
+        proc = subprocess.Popen([sys.executable, "-m", "lpxtop", "load", sim.url, "--concurrency", "1",
+                                 "--warmup", "0.2", "--duration", "1", "--output-tokens", "8", "--no-ui",
+                                 "--no-record", "--json", str(out_dir / "r.json"), "--client-lag-limit", "1000",
+                                 "--client-cpu-wait-limit", "1"],
+                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line or "measuring" in line:
+                break
+        shutil.rmtree(out_dir)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and "cannot write the report" in err
+    assert "1 concurrent" in out and "TTFT p50" in out  # the table, printed before the file was tried
