@@ -106,14 +106,14 @@ class LoadPlan:
         changes: dict = {"max_tokens": self.output_tokens, "extra_body": tuple(extra.items())}
         if input_tokens is not None:
             words = calibration.words_for(input_tokens) if calibration else input_tokens
-            # the request's fresh head (`head_words`) replaces the probe's random hex prefix
-            changes["prompt"] = filler_text(words - self.head_words(input_tokens, calibration))
+            # each request shuffles its first words (`head_words`) instead of the probe's random hex prefix
+            changes["prompt"] = filler_text(words)
             changes["random_prefix"] = False
         return replace(self.endpoint, **changes)
 
     def head_words(self, input_tokens: int | None, calibration: Calibration | None) -> int:
-        """Random words each request's prompt starts with (lpxtop/load/prompts.py): with --input-tokens, unless
-        --no-random-prefix; they count in the prompt's length."""
+        """How many of each request's first words are shuffled (lpxtop/load/prompts.py): with --input-tokens,
+        unless --no-random-prefix."""
         if input_tokens is None or not self.endpoint.random_prefix:
             return 0
         words = calibration.words_for(input_tokens) if calibration else input_tokens

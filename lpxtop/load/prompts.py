@@ -12,10 +12,13 @@ server counts more for them (38 for L = 32 on a Llama chat template). To send th
 length, give lpxtop the server's count of it (the benchmark's "Total input tokens" / requests, or its
 `input_lens`).
 
-Each request's prompt starts with `HEAD_WORDS` filler words drawn at random (the rest is fixed): no two
-requests share a first cache block, so prefix caching cannot hide prefill, and the length does not vary
-(the probe's random hex prefix tokenizes to a different number of tokens each time, which left the
-calibration ~6 % short on a Llama tokenizer).
+Each request's prompt is the filler text with its 2nd to 13th words (`HEAD_WORDS`) in a random order: no two
+requests share a first cache block (12! ≈ 4.8e8 orders), so prefix caching cannot hide prefill, and the
+length does not vary: the words are the same, each with its leading space, and a tokenizer that splits on
+spaces (Llama's, Qwen's, GPT's, the real-server kit's 481-token toy) counts them alike in any order (the
+first word, which has no space before it, stays first). The probe's random hex prefix tokenized to a
+different number of tokens each time, and words drawn at random do too where a word is several tokens:
+either left the calibration ~6 % short.
 """
 
 from __future__ import annotations
@@ -29,13 +32,22 @@ FILLER_WORDS = (
     "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they", "you",
 )  # fmt: skip
 CALIBRATION_WORDS = 64
-HEAD_WORDS = 8  # random words that start each prompt: 30^8 ≈ 6.6e11 different heads
+HEAD_WORDS = 12  # the words after the first, shuffled per request: 12! ≈ 4.8e8 different starts
 _HEAD_RNG = random.Random()  # seeded from the OS: a rerun must not meet the previous run's cached prefixes
 
 
-def random_head(words: int = HEAD_WORDS) -> str:
-    """`words` filler words drawn at random (a prompt's fresh beginning; one token each like the rest)."""
-    return " ".join(_HEAD_RNG.choices(FILLER_WORDS, k=words))
+class FreshStarts:
+    """One prompt, a different start for every request: its 2nd to (`head`+1)th words in a random order."""
+
+    def __init__(self, prompt: str, head: int = HEAD_WORDS) -> None:
+        words = prompt.split(" ", head + 1)
+        self.first = words[0]
+        self.head = words[1:head + 1]
+        self.rest = words[head + 1] if len(words) > head + 1 else ""
+
+    def next(self) -> str:
+        head = _HEAD_RNG.sample(self.head, len(self.head))
+        return " ".join([self.first, *head, self.rest] if self.rest else [self.first, *head])
 
 
 def filler_text(words: int) -> str:

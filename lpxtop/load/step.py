@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from lpxtop.engine.clientlimit import LoopLag
 from lpxtop.engine.httpclient import HttpClient
 from lpxtop.engine.probe import run_probe
-from lpxtop.load.prompts import random_head
+from lpxtop.load.prompts import FreshStarts
 from lpxtop.load.schedule import arrival_gaps
 from lpxtop.load.stepstats import RequestRecord, StepRequests
 from lpxtop.model.endpoint import EndpointConfig
@@ -63,7 +63,7 @@ class StepSpec:
     max_concurrency: int = 1024
     seed: int = 0
     stagger_s: float = 0.0  # closed loop: worker i of C sends its first request at i / C of this (0: all at once)
-    head_words: int = 0  # each request's prompt starts with this many random filler words (load/prompts.py)
+    head_words: int = 0  # each request's prompt has its 2nd..(head_words+1)th words shuffled (load/prompts.py)
 
     @property
     def closed_loop(self) -> bool:
@@ -120,6 +120,7 @@ class StepRun:
         self._tasks: set[asyncio.Task] = set()
         self._cancelled = False
         self._sending = True
+        self._starts = FreshStarts(spec.endpoint.prompt, spec.head_words) if spec.head_words else None
         self._extending = False  # closed loop: the window held open past its end until every worker counted
         self._every_worker_counted = asyncio.Event()
         self._drained = asyncio.Event()
@@ -303,8 +304,8 @@ class StepRun:
         self.in_flight += 1
         self.sent += 1
         endpoint = spec.endpoint
-        if spec.head_words:
-            endpoint = replace(endpoint, prompt=f"{random_head(spec.head_words)} {endpoint.prompt}")
+        if self._starts is not None:
+            endpoint = replace(endpoint, prompt=self._starts.next())
         try:
             sample = await run_probe(self.client, endpoint, spec.model, include_usage=spec.include_usage)
         finally:

@@ -13,7 +13,7 @@ from lpxtop.cli import main
 from lpxtop.config import ConfigError
 from lpxtop.load.cli import build_parser, is_local, plan_from_args
 from lpxtop.load.plan import LoadPlan
-from lpxtop.load.prompts import FILLER_WORDS, HEAD_WORDS, Calibration, filler_text, random_head
+from lpxtop.load.prompts import FILLER_WORDS, HEAD_WORDS, Calibration, FreshStarts, filler_text
 from lpxtop.load.report import report_json, steps_csv, write_text
 from lpxtop.load.server_window import ServerWatch, parse_counters
 from lpxtop.model.endpoint import EndpointConfig
@@ -72,9 +72,12 @@ def test_calibration_aims_at_the_servers_token_count():
         endpoint = plan.step_endpoint(target, cal)
         head = plan.head_words(target, cal)
         assert 0 < head <= HEAD_WORDS and not endpoint.random_prefix
-        # every request as sent: a fresh random head, then the fixed filler; the length never varies
-        prompts = {f"{random_head(head)} {endpoint.prompt}" for _ in range(20)}
+        # every request as sent: its first words shuffled, the same words; the length never varies
+        starts = FreshStarts(endpoint.prompt, head)
+        prompts = {starts.next() for _ in range(20)}
         assert len(prompts) == 20 and {server_tokens(p) for p in prompts} == {target}
+        assert all(sorted(p.split()) == sorted(endpoint.prompt.split()) for p in prompts)
+        assert all(p.split()[0] == endpoint.prompt.split()[0] for p in prompts)
     assert all(len(w) <= 5 for w in FILLER_WORDS)
 
 
