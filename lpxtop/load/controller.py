@@ -40,6 +40,7 @@ log = logging.getLogger("lpxtop.load")
 PUBLISH_EVERY_S = 0.5
 DOWN_KINDS = ("refused", "dns", "tls", "connect_timeout")
 METRICS_CONNECTIONS = 4
+REFINE_TRIES = 4  # requests (max_tokens 1) that check the prompt length of each target before the steps
 
 MarkListener = Callable[[str, dict, float], None]
 
@@ -276,8 +277,41 @@ class LoadController:
                 points.append((words, sample.prompt_tokens))
         if len(points) == 2:
             self.calibration = Calibration.from_points(*points[0], *points[1])
+            for tokens in self._token_targets():
+                await self._refine(client, tokens)
         else:
             log.warning("the server reports no prompt token counts: assuming one token per word")
+
+    def _token_targets(self) -> list[int]:
+        plan = self.plan
+        if plan.mode == "input_tokens":
+            return [int(level) for level in plan.levels]
+        return [plan.input_tokens] if plan.input_tokens is not None else []
+
+    async def _refine(self, client: HttpClient, tokens: int) -> None:
+        """Check the line's word count for `tokens` with the server (max_tokens 1) and correct it, at most
+        REFINE_TRIES times; keep the closest."""
+        cal = self.calibration
+        assert cal is not None
+        words = cal.words_for(tokens)
+        best: tuple[int, int] | None = None  # (distance, words)
+        tried: list[tuple[int, int]] = []
+        for _ in range(REFINE_TRIES):
+            endpoint = replace(self.plan.step_endpoint(None, None), prompt=filler_text(words), max_tokens=1,
+                               random_prefix=False)
+            self._publish(phase="warmup", message=f"calibrating the prompt length ({tokens} tokens)")
+            sample = await self._probe(client, endpoint)
+            if sample.prompt_tokens is None:
+                break
+            distance = abs(sample.prompt_tokens - tokens)
+            if best is None or distance < best[0]:
+                best = (distance, words)
+            if distance == 0:
+                break
+            tried.append((words, sample.prompt_tokens))
+            words = cal.next_guess(tokens, tried)
+        if best is not None:
+            self.calibration = self.calibration.refined(tokens, best[1])
 
     # ---- one step ----
 

@@ -81,6 +81,30 @@ def test_calibration_aims_at_the_servers_token_count():
     assert all(len(w) <= 5 for w in FILLER_WORDS)
 
 
+def test_a_tokenizer_that_is_not_linear_in_words_is_met_by_checking_the_targets():
+    # like the real-server kit's 481-token tokenizer: most filler words are 2-3 tokens, the first ones fewer,
+    # so the line from 64 and 128 words misses a short target (45 for 50 there; 46 for 38 here)
+    cost = [1 if i < 30 else 2 + (i * 7) % 2 for i in range(5000)]
+
+    def server_tokens(words: int) -> int:
+        return 22 + sum(cost[:words])
+
+    cal = Calibration.from_points(64, server_tokens(64), 128, server_tokens(128))
+    line_miss = abs(server_tokens(cal.words_for(38)) - 38)
+    for target in (38, 50, 128, 1000):
+        words, seen, tried = cal.words_for(target), [], []
+        for _ in range(4):  # what LoadController._refine does, with the server's count
+            seen.append((abs(server_tokens(words) - target), words))
+            if seen[-1][0] == 0:
+                break
+            tried.append((words, server_tokens(words)))
+            words = cal.next_guess(target, tried)
+        best = min(seen)
+        cal = cal.refined(target, best[1])
+        assert abs(server_tokens(cal.words_for(target)) - target) <= 2, (target, seen)
+    assert line_miss > 2 >= abs(server_tokens(cal.words_for(38)) - 38)  # within a word's tokens, where the line was not
+
+
 def _state() -> LoadState:
     s1 = StepResult(index=0, mode="concurrency", level=1.0, concurrency=1, request_rate=None, burstiness=None,
                     max_concurrency=None, input_tokens_target=None, output_tokens_target=8, status="done",
