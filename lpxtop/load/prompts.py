@@ -9,7 +9,7 @@ Reports always use the prompt tokens the server's `usage` gave per request; the 
 
 `--input-tokens N` aims at N tokens *as the server counts them*, chat template included. `vllm bench serve
 --random-input-len L` makes prompts of L tokens before the template (its special tokens included): the
-server counts more for them (38 for L = 32 on a Llama chat template). To send the benchmark's prompt
+server counts more for them (50 for L = 32 on the real-server kit's small-llama). To send the benchmark's prompt
 length, give lpxtop the server's count of it (the benchmark's "Total input tokens" / requests, or its
 `input_lens`).
 
