@@ -12,7 +12,6 @@ import gc
 import os
 import signal
 import sys
-import threading
 import time
 from dataclasses import replace
 
@@ -35,6 +34,7 @@ from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.load import format_level
 
 SWITCH_INTERVAL_S = 0.001
+MAX_STEP_S = 7 * 24 * 3600.0  # the longest warm-up or measured window: a week
 STOP_WAIT_S = 15.0
 METRICS_INTERVAL_S = 1.0
 
@@ -55,8 +55,9 @@ timeouts, same measurement), each prompt with a random prefix so prefix caching 
 lpxtop's own probes are off during the test; the dashboard still shows the server's /metrics, GPU, host.
 
 exit status: 0 the run finished (whatever the SLO said; also after q in the dashboard), 1 the target
-was down, 2 usage error, 3 --fail-on-slo and the SLO was missed, 130 stopped by Ctrl-C (the report of
-the finished steps is still written, the step under way marked partial).
+was down, 2 usage error (a report file that cannot be written is one, found before any load is sent),
+3 --fail-on-slo and the SLO was missed, 130 stopped by Ctrl-C, 143 stopped by SIGTERM (either way the
+report of the finished steps is still written, the step under way marked partial).
 """
 
 
@@ -98,15 +99,19 @@ def build_parser(command: str) -> argparse.ArgumentParser:
                       help=f"max_tokens of every request (default {DEFAULT_OUTPUT_TOKENS})")
     load.add_argument("--ignore-eos", action="store_true",
                       help="ask the server not to stop before --output-tokens (vLLM, llama.cpp honour it)")
-    load.add_argument("--duration", type=duration_between(MIN_SECONDS, 86_400.0), default=DEFAULT_DURATION_S,
+    load.add_argument("--duration", type=duration_between(MIN_SECONDS, MAX_STEP_S), default=DEFAULT_DURATION_S,
                       metavar="DURATION",
                       help=f"measured window of each step: 30s, 2m, ... (default {format_duration(DEFAULT_DURATION_S)})")
-    load.add_argument("--warmup", type=duration_between(0.0, 86_400.0), default=DEFAULT_WARMUP_S, metavar="DURATION",
+    load.add_argument("--warmup", type=duration_between(0.0, MAX_STEP_S), default=DEFAULT_WARMUP_S, metavar="DURATION",
                       help=f"load held before each step's window, not counted (default {format_duration(DEFAULT_WARMUP_S)})")
     load.add_argument("--burstiness", type=_positive_float, default=1.0, metavar="B",
                       help="open loop: gamma shape of the arrival gaps as vllm bench serve (1 = Poisson, <1 burstier)")
     load.add_argument("--max-concurrency", type=_positive_int, default=DEFAULT_MAX_CONCURRENCY, metavar="N",
                       help=f"open loop: most requests in flight; later arrivals wait (default {DEFAULT_MAX_CONCURRENCY})")
+    load.add_argument("--stagger", action="store_true",
+                      help="closed loop: spread the workers' first requests over the warm-up instead of sending "
+                      "them at once (as vllm bench serve does), so that they do not go in rounds; make the warm-up "
+                      "at least one request long. The report's rhythm says how synchronised the sends were")
     load.add_argument("--seed", type=int, default=0, help="seed of the arrival times (default 0)")
     slo = parser.add_argument_group("SLO and capacity search")
     slo.add_argument("--slo", metavar="OBJECTIVES", help='judge each step, e.g. "ttft_p95<=500ms,e2e_p95<=10s,error_rate<=1%%"')
@@ -171,6 +176,18 @@ def build_parser(command: str) -> argparse.ArgumentParser:
 
 def plan_from_args(args: argparse.Namespace) -> LoadPlan:
     """The LoadPlan the flags describe; raises ConfigError (exit 2) saying what to change."""
+    try:
+        return _plan_from_args(args)
+    except ConfigError:
+        raise
+    except ValueError as exc:  # what LoadPlan itself refuses
+        raise ConfigError(str(exc)) from None
+
+
+def _plan_from_args(args: argparse.Namespace) -> LoadPlan:
+    for name, value in vars(args).items():
+        if isinstance(value, list):  # `--warmup=--`: argparse (3.11) hands over [] instead of a value
+            raise ConfigError(f"--{name.replace('_', '-')} needs a value")
     url = normalize_url(args.url)
     try:
         concurrency = parse_levels(args.concurrency, integer=True, name="--concurrency") if args.concurrency else None
@@ -213,7 +230,7 @@ def plan_from_args(args: argparse.Namespace) -> LoadPlan:
         endpoint=endpoint, output_tokens=args.output_tokens, ignore_eos=args.ignore_eos, duration_s=args.duration,
         warmup_s=args.warmup, burstiness=args.burstiness, max_concurrency=args.max_concurrency, slo=slo,
         seed=args.seed, max_steps=args.max_steps, precision=args.precision, lag_limit_ms=args.client_lag_limit,
-        cpu_wait_limit=args.client_cpu_wait_limit,
+        cpu_wait_limit=args.client_cpu_wait_limit, stagger=args.stagger,
     )
     if args.sweep:
         if slo is None:
@@ -318,12 +335,14 @@ def _check_record_flags(args: argparse.Namespace) -> None:
 
 
 def _open_outputs(args: argparse.Namespace):
-    """Open the requests file now (a bad path is a usage error before any load is sent); False on failure."""
+    """Check the report files can be written and open the requests file, now: a path that cannot be written is
+    a usage error before any load is sent, not found after the whole test. None on failure, else the
+    requests file (False without one)."""
     for path in (args.json, args.csv):
         if path and path != "-":
-            directory = os.path.dirname(os.path.abspath(path)) or "."
-            if not os.path.isdir(directory):
-                print(f"lpxtop load: cannot write {path}: no directory {directory}", file=sys.stderr)
+            problem = _unwritable(path)
+            if problem:
+                print(f"lpxtop load: cannot write {path}: {problem}", file=sys.stderr)
                 return None
     if not args.requests_jsonl:
         return False
@@ -332,6 +351,31 @@ def _open_outputs(args: argparse.Namespace):
     except OSError as exc:
         print(f"lpxtop load: cannot write {args.requests_jsonl}: {exc.strerror or exc}", file=sys.stderr)
         return None
+
+
+def _unwritable(path: str) -> str | None:
+    """Why the report could not be written at `path` (as `report.write_text` writes it: a temporary file in
+    the same directory, then a rename), or None. Tried for real: permissions alone do not say it for root,
+    a read-only file system or /proc."""
+    import tempfile
+
+    directory = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(directory):
+        return f"no directory {directory}"
+    if os.path.isdir(path):
+        return "it is a directory"
+    if os.path.exists(path) and not os.path.isfile(path):
+        return "it is not a regular file"
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".lpxtop-load-check-", dir=directory)
+    except OSError as exc:
+        return f"cannot create a file in {directory}: {exc.strerror or exc}"
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return "permission denied"
+    return None
 
 
 def build_load_engine(plan: LoadPlan, *, ui: bool, scrape: bool, readings: bool = False):
@@ -401,15 +445,15 @@ def _run_test(plan: LoadPlan, args: argparse.Namespace, requests_out) -> int:
         return 2
     recorder = attach_recorder(engine, controller, args)
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # a thread holding the interpreter lock delays a timestamp at most ~1 ms
-    interrupted = False
+    stopped_by: int | None = None  # the signal that stopped the test (SIGINT: Ctrl-C; SIGTERM)
     try:
         if args.no_ui:
-            interrupted = _run_headless(engine, controller)
+            stopped_by = _run_headless(engine, controller)
         else:
             code = _run_dashboard(engine, controller, args)
             if code == 2:
                 return code
-            interrupted = code == 130
+            stopped_by = {130: signal.SIGINT, 128 + signal.SIGTERM: signal.SIGTERM}.get(code)
     finally:
         controller.stop()
         controller.wait(STOP_WAIT_S)
@@ -421,7 +465,7 @@ def _run_test(plan: LoadPlan, args: argparse.Namespace, requests_out) -> int:
             stop_otlp(otlp, prog="lpxtop load")
     if recorder is not None and recorder.failure is not None:
         print(f"lpxtop load: recording stopped: {recorder.failure}", file=sys.stderr)
-    return _report(plan, controller, args, interrupted, str(record_path) if record_path else None, watch)
+    return _report(plan, controller, args, stopped_by, str(record_path) if record_path else None, watch)
 
 
 def _start(engine, controller) -> None:
@@ -431,19 +475,21 @@ def _start(engine, controller) -> None:
     controller.start()
 
 
-def _run_headless(engine, controller) -> bool:
-    """Run to the end with progress on stderr; Ctrl-C stops at once. Returns True when interrupted."""
-    interrupted = threading.Event()
-    previous = signal.getsignal(signal.SIGINT)
+def _run_headless(engine, controller) -> int | None:
+    """Run to the end with progress on stderr; Ctrl-C or SIGTERM (systemd, CI runners, `timeout`) stops at
+    once, and the report of what finished is still written. Returns the signal that stopped it, or None."""
+    stopped_by: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
-    def on_sigint(signum, frame) -> None:
-        if interrupted.is_set():
-            raise KeyboardInterrupt  # a second Ctrl-C: stop waiting
-        interrupted.set()
+    def on_signal(signum, frame) -> None:
+        if stopped_by:
+            raise KeyboardInterrupt  # a second one: stop waiting
+        stopped_by.append(signum)
         controller.stop()
 
-    with contextlib.suppress(ValueError):  # not the main thread: keep Python's default
-        signal.signal(signal.SIGINT, on_sigint)
+    for sig in previous:
+        with contextlib.suppress(ValueError):  # not the main thread: keep Python's default
+            signal.signal(sig, on_signal)
     try:
         _start(engine, controller)
         progress = _Progress(controller)
@@ -451,11 +497,13 @@ def _run_headless(engine, controller) -> bool:
             progress.show()
         progress.show()
     except KeyboardInterrupt:
-        interrupted.set()
+        if not stopped_by:
+            stopped_by.append(signal.SIGINT)
     finally:
-        with contextlib.suppress(ValueError):
-            signal.signal(signal.SIGINT, previous)
-    return interrupted.is_set()
+        for sig, handler in previous.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(sig, handler)
+    return stopped_by[0] if stopped_by else None
 
 
 class _Progress:
@@ -493,9 +541,19 @@ def _run_dashboard(engine, controller, args) -> int:
 
     source = LoadSource(engine, controller)
     source.report_files = tuple(path for path in (args.json, args.csv) if path and path != "-")
+
+    def on_ready() -> None:
+        import asyncio
+
+        # SIGTERM ends the dashboard as `q` does (the report is written), with 143 for the exit status
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            asyncio.get_running_loop().add_signal_handler(
+                signal.SIGTERM, lambda: app.exit(return_code=128 + signal.SIGTERM))
+        _start(engine, controller)
+
     try:
         app = create_app(source, theme=args.theme, refresh_s=args.refresh, readonly=args.readonly,
-                         on_ready=lambda: _start(engine, controller))
+                         on_ready=on_ready)
     except ThemeError as exc:
         print(f"lpxtop load: {exc}", file=sys.stderr)
         return 2
@@ -503,7 +561,7 @@ def _run_dashboard(engine, controller, args) -> int:
     return app.return_code or 0
 
 
-def _report(plan: LoadPlan, controller, args, interrupted: bool, record_path: str | None, watch) -> int:
+def _report(plan: LoadPlan, controller, args, stopped_by: int | None, record_path: str | None, watch) -> int:
     from lpxtop.load.report import dumps, report_json, step_table, steps_csv, write_text
 
     if controller.running:
@@ -514,16 +572,18 @@ def _report(plan: LoadPlan, controller, args, interrupted: bool, record_path: st
         warnings.append("--no-random-prefix: prefix caching may hide prefill time")
     limited = [s.index + 1 for s in state.steps if s.client.limited]
     if limited:
-        warnings.append(f"steps {', '.join(map(str, limited))} were client-limited (lpxtop short of CPU): "
+        warnings.append(f"steps {', '.join(map(str, limited))} were client-limited (lpxtop short of CPU or file descriptors): "
                         "never chosen as the capacity")
     outcome = controller.outcome
-    if interrupted and outcome == "done":
+    if stopped_by is not None and outcome == "done":
         outcome = "stopped"
     report = report_json(state, plan_summary=plan.summary(), outcome=outcome, error=controller.error,
                          server_kind=watch.kind, warnings=warnings, started_at=controller.started_at,
                          finished_at=controller.finished_at or time.time())
     report["recording"] = record_path  # the file `lpxtop replay` opens (null with --no-record)
     human = sys.stderr if args.json == "-" or args.csv == "-" else sys.stdout
+    if state.steps:
+        print(step_table(state), file=human, flush=True)  # first: a file that cannot be written loses nothing
     try:
         if args.json:
             write_text(args.json, dumps(report))
@@ -532,8 +592,6 @@ def _report(plan: LoadPlan, controller, args, interrupted: bool, record_path: st
     except OSError as exc:
         print(f"lpxtop load: cannot write the report: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    if state.steps:
-        print(step_table(state), file=human)
     if controller.outcome == "target_down":
         print(f"lpxtop load: {controller.error}", file=sys.stderr)
         return 1
@@ -547,9 +605,10 @@ def _report(plan: LoadPlan, controller, args, interrupted: bool, record_path: st
     if record_path:
         print(f"lpxtop load: recorded to {record_path} (lpxtop replay {record_path}: n jumps from step to step)",
               file=human)
-    if interrupted:
-        print("lpxtop load: stopped; the step under way is reported as partial", file=sys.stderr)
-        return 130
+    if stopped_by is not None:
+        name = "SIGTERM" if stopped_by == signal.SIGTERM else "Ctrl-C"
+        print(f"lpxtop load: stopped ({name}); the step under way is reported as partial", file=sys.stderr)
+        return 128 + int(stopped_by)
     if args.fail_on_slo and plan.slo is not None and _slo_missed(plan, state):
         return 3
     return 0

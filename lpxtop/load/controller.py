@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -21,12 +20,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import IO, Any
 
+from lpxtop import jsonout
 from lpxtop.engine.diagnosis import no_model_listed
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.engine.probe.clientlimit import LoopLag, ThreadCpuWait
 from lpxtop.http import HttpClient
 from lpxtop.load.plan import LoadPlan
 from lpxtop.load.prompts import CALIBRATION_WORDS, Calibration, filler_text
+from lpxtop.load.rhythm import rhythm_of
 from lpxtop.load.search import capacity, knee, saturation
 from lpxtop.load.server_window import ServerWatch
 from lpxtop.load.step import StepRun, StepSpec
@@ -40,6 +41,7 @@ log = logging.getLogger("lpxtop.load")
 PUBLISH_EVERY_S = 0.5
 DOWN_KINDS = ("refused", "dns", "tls", "connect_timeout")
 METRICS_CONNECTIONS = 4
+REFINE_TRIES = 4  # requests (max_tokens 1) that check the prompt length of each target before the steps
 
 MarkListener = Callable[[str, dict, float], None]
 
@@ -271,7 +273,9 @@ class LoadController:
         plan = self.plan
         points = []
         for words in (CALIBRATION_WORDS, 2 * CALIBRATION_WORDS):
-            endpoint = replace(plan.step_endpoint(None, None), prompt=filler_text(words), max_tokens=1)
+            # no random prefix: its token count varies from request to request (see load/prompts.py)
+            endpoint = replace(plan.step_endpoint(None, None), prompt=filler_text(words), max_tokens=1,
+                               random_prefix=False)
             self._publish(phase="warmup", message=f"calibrating the prompt length ({words} words)")
             sample = await self._probe(client, endpoint)
             if not sample.ok and sample.error_kind in DOWN_KINDS:
@@ -280,8 +284,41 @@ class LoadController:
                 points.append((words, sample.prompt_tokens))
         if len(points) == 2:
             self.calibration = Calibration.from_points(*points[0], *points[1])
+            for tokens in self._token_targets():
+                await self._refine(client, tokens)
         else:
             log.warning("the server reports no prompt token counts: assuming one token per word")
+
+    def _token_targets(self) -> list[int]:
+        plan = self.plan
+        if plan.mode == "input_tokens":
+            return [int(level) for level in plan.levels]
+        return [plan.input_tokens] if plan.input_tokens is not None else []
+
+    async def _refine(self, client: HttpClient, tokens: int) -> None:
+        """Check the line's word count for `tokens` with the server (max_tokens 1) and correct it, at most
+        REFINE_TRIES times; keep the closest."""
+        cal = self.calibration
+        assert cal is not None
+        words = cal.words_for(tokens)
+        best: tuple[int, int] | None = None  # (distance, words)
+        tried: list[tuple[int, int]] = []
+        for _ in range(REFINE_TRIES):
+            endpoint = replace(self.plan.step_endpoint(None, None), prompt=filler_text(words), max_tokens=1,
+                               random_prefix=False)
+            self._publish(phase="warmup", message=f"calibrating the prompt length ({tokens} tokens)")
+            sample = await self._probe(client, endpoint)
+            if sample.prompt_tokens is None:
+                break
+            distance = abs(sample.prompt_tokens - tokens)
+            if best is None or distance < best[0]:
+                best = (distance, words)
+            if distance == 0:
+                break
+            tried.append((words, sample.prompt_tokens))
+            words = cal.next_guess(tokens, tried)
+        if best is not None:
+            self.calibration = self.calibration.refined(tokens, best[1])
 
     # ---- one step ----
 
@@ -303,6 +340,8 @@ class LoadController:
             burstiness=plan.burstiness,
             max_concurrency=plan.max_concurrency,
             seed=plan.seed + index,
+            stagger_s=plan.warmup_s if plan.stagger and concurrency is not None else 0.0,
+            head_words=plan.head_words(tokens, self.calibration),
         )
         base = StepResult(
             index=index, mode=plan.mode, level=level, concurrency=concurrency, request_rate=rate,
@@ -360,14 +399,15 @@ class LoadController:
                 cpu_share = (window_end_marks[0] - start_mark[0]) / 1e9 / span
         counted = run.counted
         health = client_health(ticks.lags_ms, cpu_share, lag_limit_ms=plan.lag_limit_ms,
-                               cpu_wait_limit=plan.cpu_wait_limit)
+                               cpu_wait_limit=plan.cpu_wait_limit, fd_failures=run.fd_failures)
         step = summarize(
             base, counted.records, counted.gaps, counted.duration_s,
             goodput_bounds=plan.slo.request_bounds() if plan.slo else None,
             client=health, server=server, status=run.status,
         )
+        rhythm = rhythm_of([r.start_ns for r in counted.records], schedule=plan.schedule, workers=concurrency)
         step = replace(step, arrivals_delayed=run.arrivals_delayed, wall_s=end_perf - times.start,
-                       window_extended_s=run.window_extended_s)
+                       window_extended_s=run.window_extended_s, rhythm=rhythm)
         if plan.slo is not None:
             results, met = plan.slo.judge(step)
             step = replace(step, slo=results, slo_met=met)
@@ -393,7 +433,7 @@ class LoadController:
         def handle(record: RequestRecord, sample: Sample | None) -> None:
             if out is not None:
                 try:
-                    out.write(json.dumps(record.to_json(index, mode, level)) + "\n")
+                    out.write(jsonout.dumps(record.to_json(index, mode, level)) + "\n")
                 except (OSError, ValueError) as exc:  # a full disk must not stop the test
                     log.warning("cannot write the requests file: %s", exc)
             for listener in tuple(listeners):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from lpxtop.load.prompts import Calibration, filler_text
+from lpxtop.load.prompts import HEAD_WORDS, Calibration, filler_text
 from lpxtop.load.search import CapacitySearch, Walk
 from lpxtop.load.slo import Slo
 from lpxtop.model.endpoint import EndpointConfig
@@ -47,6 +47,7 @@ class LoadPlan:
     lag_limit_ms: float = LAG_LIMIT_MS
     cpu_wait_limit: float = CPU_WAIT_LIMIT
     warmup_requests: int = 2
+    stagger: bool = False  # closed loop: spread the workers' first requests over the warm-up (lpxtop/load/rhythm.py)
 
     def __post_init__(self) -> None:
         if self.mode not in ("concurrency", "rate", "input_tokens"):
@@ -59,6 +60,10 @@ class LoadPlan:
             raise ValueError("--sweep searches concurrency or rate, not input tokens")
         if self.search and self.slo is None:
             raise ValueError("--sweep needs an --slo to search for")
+        if self.stagger and self.open_loop:
+            raise ValueError("--stagger spreads a closed loop's workers: an open loop's arrivals are already apart")
+        if self.stagger and self.warmup_s <= 0:
+            raise ValueError("--stagger spreads the workers' first requests over the warm-up: give --warmup > 0")
 
     def strategy(self) -> Walk | CapacitySearch:
         if self.search:
@@ -69,6 +74,14 @@ class LoadPlan:
     @property
     def open_loop(self) -> bool:
         return self.mode == "rate" or (self.mode == "input_tokens" and self.rate is not None)
+
+    @property
+    def schedule(self) -> str:
+        """How requests are sent: "together" (a closed loop's workers start at once, as `vllm bench serve`),
+        "staggered" (`--stagger`) or "arrivals" (open loop)."""
+        if self.open_loop:
+            return "arrivals"
+        return "staggered" if self.stagger else "together"
 
     def step_load(self, level: float) -> tuple[int | None, float | None, int | None]:
         """(concurrency, rate, input tokens) of the step at `level`."""
@@ -93,8 +106,18 @@ class LoadPlan:
         changes: dict = {"max_tokens": self.output_tokens, "extra_body": tuple(extra.items())}
         if input_tokens is not None:
             words = calibration.words_for(input_tokens) if calibration else input_tokens
+            # each request shuffles its first words (`head_words`) instead of the probe's random hex prefix
             changes["prompt"] = filler_text(words)
+            changes["random_prefix"] = False
         return replace(self.endpoint, **changes)
+
+    def head_words(self, input_tokens: int | None, calibration: Calibration | None) -> int:
+        """How many of each request's first words are shuffled (lpxtop/load/prompts.py): with --input-tokens,
+        unless --no-random-prefix."""
+        if input_tokens is None or not self.endpoint.random_prefix:
+            return 0
+        words = calibration.words_for(input_tokens) if calibration else input_tokens
+        return min(HEAD_WORDS, max(0, words - 1))
 
     def approximate_requests(self) -> int | None:
         """About how many requests the plan sends (for the question asked before loading a remote target)."""
@@ -129,6 +152,7 @@ class LoadPlan:
             "warmup_s": self.warmup_s,
             "burstiness": self.burstiness if self.open_loop else None,
             "max_concurrency": self.max_concurrency if self.open_loop else None,
+            "schedule": self.schedule,
             "random_prefix": self.endpoint.random_prefix,
             "timeout_s": self.endpoint.timeout_s,
             "first_token_timeout_s": self.endpoint.first_token_timeout_s,

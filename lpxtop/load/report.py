@@ -10,14 +10,13 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import io
-import json
 import os
 import socket
 import sys
 import tempfile
 from collections.abc import Sequence
 
-from lpxtop import __version__
+from lpxtop import __version__, jsonout
 from lpxtop.load.search import fmt_ms
 from lpxtop.model.load import SCHEMA, LoadState, StepResult, format_level
 
@@ -67,7 +66,7 @@ def report_json(
     }
 
 
-CSV_SKIP = ("errors", "slo", "client", "server")
+CSV_SKIP = ("errors", "slo", "client", "server", "rhythm")
 
 
 def steps_csv(steps: Sequence[StepResult]) -> str:
@@ -81,6 +80,9 @@ def steps_csv(steps: Sequence[StepResult]) -> str:
         for key, value in step.client.to_json().items():
             row[f"client_{key}" if not key.startswith("client") else key] = value
         server = step.server.to_json() if step.server is not None else {}
+        rhythm = step.rhythm.to_json() if step.rhythm is not None else {}
+        for key in ("schedule", "synchrony", "dispersion"):
+            row[f"rhythm_{key}"] = rhythm.get(key)
         for key in ("kind", "peak_requests_waiting", "peak_requests_running", "peak_kv_cache_usage", "preemptions",
                     "prefix_cache_hit_rate", "mean_ttft_ms", "mean_queue_ms", "energy_j", "joules_per_output_token"):
             row[f"server_{key}"] = server.get(key)
@@ -117,13 +119,14 @@ def write_text(path: str, text: str) -> None:
 
 
 def dumps(report: dict) -> str:
-    return json.dumps(report, indent=2) + "\n"
+    """The report as JSON that every reader parses (a non-finite number is null: lpxtop/jsonout.py)."""
+    return jsonout.dumps(report, indent=2) + "\n"
 
 
 def step_table(state: LoadState) -> str:
     """The finished steps as a plain table, for the terminal after a headless run."""
     header = ("step", "load", "status", "ok", "fail", "req/s", "tok/s", "TTFT p50", "TTFT p95", "TPOT p50",
-              "ITL p50", "E2E p95", "SLO")
+              "ITL p50", "E2E p95", "rhythm", "SLO")
     lines = [header]
     for s in state.steps:
         def ms(d, q: str) -> str:
@@ -139,7 +142,7 @@ def step_table(state: LoadState) -> str:
             "--" if s.request_throughput is None else f"{s.request_throughput:.2f}",
             "--" if s.output_throughput is None else f"{s.output_throughput:.1f}",
             ms(s.ttft_ms, "p50"), ms(s.ttft_ms, "p95"), ms(s.tpot_ms, "p50"), ms(s.itl_ms, "p50"),
-            ms(s.e2el_ms, "p95"), slo,
+            ms(s.e2el_ms, "p95"), s.rhythm.describe() if s.rhythm is not None else "--", slo,
         ))
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in lines)

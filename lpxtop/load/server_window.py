@@ -13,6 +13,7 @@ Metric names come from the one table per server kind (`lpxtop/engine/metric_name
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -69,7 +70,10 @@ def parse_counters(text: str, wall_time: float, kind_hint: str | None = None, mo
         if model and names.model_labels:
             mine = [p for p in points if any(p.label(label) == model for label in names.model_labels)]
             points = mine or points
-        return sum(p.value for p in points)
+        values = [p.value for p in points]
+        if not values or not all(math.isfinite(v) for v in values):
+            return None  # +Inf and NaN are legal in a page, but no count a step can use
+        return sum(values)
 
     def hist(h) -> tuple[float | None, float | None]:
         if h is None:
@@ -176,9 +180,9 @@ class ServerWatch:
             if not self.metrics_url:
                 return None
             return ServerDuringStep(kind=self.kind, status=self.status, scrapes=0)
-        waiting = [m.requests_waiting for m in scrapes if m.requests_waiting is not None]
-        running = [m.requests_running for m in scrapes if m.requests_running is not None]
-        kv = [m.kv_cache_usage for m in scrapes if m.kv_cache_usage is not None]
+        waiting = [m.requests_waiting for m in scrapes if _finite(m.requests_waiting)]
+        running = [m.requests_running for m in scrapes if _finite(m.requests_running)]
+        kv = [m.kv_cache_usage for m in scrapes if _finite(m.kv_cache_usage)]
         for reading in (first, last):
             if reading is not None:
                 if reading.waiting is not None:
@@ -197,7 +201,12 @@ class ServerWatch:
 
         def ratio(num: str, den: str) -> float | None:
             n, d = delta(num), delta(den)
-            return n / d if n is not None and d else None
+            value = n / d if n is not None and d else None
+            return value if _finite(value) else None
+
+        def first_or_last(reading: CounterReading | None, index: int) -> float | None:
+            value = reading.waiting if reading else (scrapes[index].requests_waiting if scrapes else None)
+            return value if _finite(value) else None
 
         kind = self.kind or _kind_of(scrapes[-1] if scrapes else None)
         tokens = delta("generation_tokens")
@@ -210,8 +219,8 @@ class ServerWatch:
             peak_requests_waiting=max(waiting) if waiting else None,
             peak_requests_running=max(running) if running else None,
             peak_kv_cache_usage=max(kv) if kv else None,
-            first_requests_waiting=first.waiting if first else (scrapes[0].requests_waiting if scrapes else None),
-            last_requests_waiting=last.waiting if last else (scrapes[-1].requests_waiting if scrapes else None),
+            first_requests_waiting=first_or_last(first, 0),
+            last_requests_waiting=first_or_last(last, -1),
             preemptions=delta("preemptions"),
             prefix_cache_hit_rate=ratio("prefix_hits", "prefix_queries"),
             mean_ttft_ms=ratio("ttft_sum", "ttft_count"),
@@ -239,6 +248,10 @@ class ServerWatch:
                 note = "no tokens generated in the window"
         return {"energy_j": joules, "energy_gpus": gpus, "energy_note": note,
                 "joules_per_output_token": joules / tokens if joules is not None and tokens and tokens > 0 else None}
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
 
 
 def _kind_of(metrics: ServerMetrics | None) -> str | None:

@@ -13,11 +13,14 @@ measurement as `lpxtop` and `lpxtop once`), with one connection each: the client
 connections than can ever be in flight, so no request waits for one.
 
 - Closed loop: `concurrency` workers, each sending its next request when the previous one ends: exactly
-  that many in flight, never more.
+  that many in flight, never more. They start together (as `vllm bench serve --max-concurrency`), or with
+  `stagger_s` worker i of C sends its first request i/C of it later, so they do not go in rounds
+  (lpxtop/load/rhythm.py).
 - Open loop: arrivals on an absolute timeline from `schedule.arrival_gaps` (gamma, `burstiness`); at most
   `max_concurrency` in flight; an arrival that finds them all busy waits for a slot (as `vllm bench serve
-  --max-concurrency`) and is counted in `arrivals_delayed`. A counted request's phase is decided by its
-  arrival time.
+  --max-concurrency`) and is counted in `arrivals_delayed`. A request's phase is decided by its arrival
+  time, or, when it waited for a slot, by when it was sent: an overloaded open loop (`--rate 1e9` with 64
+  slots) never gets past its first arrivals' moments, and would otherwise count nothing.
 
 A step is bounded: its counted requests end by the window's end plus the request timeout; past that (plus
 a grace) the step is cut (`timed_out`), and what was in flight is counted as failed (`step_timeout`).
@@ -30,11 +33,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lpxtop.engine.probe import run_probe
 from lpxtop.engine.probe.clientlimit import LoopLag
 from lpxtop.http import HttpClient
+from lpxtop.load.prompts import FreshStarts
 from lpxtop.load.schedule import arrival_gaps
 from lpxtop.load.stepstats import RequestRecord, StepRequests
 from lpxtop.model.endpoint import EndpointConfig
@@ -58,6 +62,8 @@ class StepSpec:
     burstiness: float = 1.0
     max_concurrency: int = 1024
     seed: int = 0
+    stagger_s: float = 0.0  # closed loop: worker i of C sends its first request at i / C of this (0: all at once)
+    head_words: int = 0  # each request's prompt has its 2nd..(head_words+1)th words shuffled (load/prompts.py)
 
     @property
     def closed_loop(self) -> bool:
@@ -106,12 +112,17 @@ class StepRun:
         self.sent = 0
         self.arrivals_delayed = 0
         self.counted_sent = 0
+        self.workers_counted = 0  # closed loop: workers that have sent a counted request
+        self.fd_failures = 0  # requests (any phase) that lpxtop could not send: its own descriptors ran out
         self.window_extended_s = 0.0
         self.status = "running"
         self._counted_open: dict[asyncio.Task, tuple[int, float]] = {}  # counted requests in flight: start
         self._tasks: set[asyncio.Task] = set()
         self._cancelled = False
         self._sending = True
+        self._starts = FreshStarts(spec.endpoint.prompt, spec.head_words) if spec.head_words else None
+        self._extending = False  # closed loop: the window held open past its end until every worker counted
+        self._every_worker_counted = asyncio.Event()
         self._drained = asyncio.Event()
         self._stop = asyncio.Event()
 
@@ -181,17 +192,30 @@ class StepRun:
         """A closed-loop window lasts until each worker has sent a counted request (bounded by `cap`): with
         requests longer than the window, a worker busy with its warm-up request all window long would
         otherwise leave the step with nothing to measure (seen on a starved real server: 10-s requests, a
-        10-s window, 0 counted). The window's end moves with it, so the load is counted as it was held."""
+        10-s window, 0 counted). While it is held open, every request sent is counted (`_extending`, not a
+        deadline moved in small steps: a worker whose request ended while the loop was late saw the moved
+        deadline already past, stopped, and the step ended with nothing counted). The window's end is
+        where it was released, so the load is counted as it was held. Reaching `cap` times the step out."""
         assert self.spec.concurrency is not None
         t = self.times
+        if self.workers_counted >= self.spec.concurrency or self._cancelled:
+            return
+        self._extending = True
         try:
-            while self.counted_sent < self.spec.concurrency and not self._cancelled:
-                now = time.perf_counter()
-                if now >= cap:
-                    return
-                t.window_end = now + 0.05
-                await self._until(t.window_end)
+            delay = cap - time.perf_counter()
+            if delay > 0:
+                counted = asyncio.ensure_future(self._every_worker_counted.wait())
+                stopped = asyncio.ensure_future(self._stop.wait())
+                try:
+                    await asyncio.wait({counted, stopped}, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    counted.cancel()
+                    stopped.cancel()
+            if self.workers_counted < self.spec.concurrency and not self._cancelled:
+                self.status = "timed_out"  # some worker never got to send a counted request
         finally:
+            self._extending = False
+            t.window_end = max(t.window_end, time.perf_counter())
             self.window_extended_s = max(0.0, t.window_end - (t.window_start + self.spec.duration_s))
 
     def _set_phase(self, phase: str) -> None:
@@ -203,7 +227,7 @@ class StepRun:
         t = self.times
         if perf < t.window_start:
             return "warmup"
-        if perf < t.window_end:
+        if perf < t.window_end or self._extending:
             return "measured"
         return "drain"
 
@@ -211,12 +235,13 @@ class StepRun:
         """Past the window, the load goes on only while counted requests are still running."""
         if not self._sending:
             return False
-        return time.perf_counter() < self.times.window_end or bool(self._counted_open)
+        return time.perf_counter() < self.times.window_end or self._extending or bool(self._counted_open)
 
     async def _closed_loop(self) -> None:
         spec = self.spec
         assert spec.concurrency is not None
-        workers = [asyncio.ensure_future(self._worker()) for _ in range(spec.concurrency)]
+        workers = [asyncio.ensure_future(self._worker(i * spec.stagger_s / spec.concurrency))
+                   for i in range(spec.concurrency)]
         try:
             await asyncio.gather(*workers)
         finally:
@@ -224,9 +249,21 @@ class StepRun:
                 w.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
 
-    async def _worker(self) -> None:
-        while self._keep_sending():
+    async def _worker(self, first_after_s: float = 0.0) -> None:
+        if first_after_s > 0:
+            await self._until(self.times.start + first_after_s)
+        counted = False  # has this worker sent a counted request yet?
+        while self._sending and (not counted or self._keep_sending()):
             phase = self._phase_at(time.perf_counter())
+            if phase == "drain" and not counted:
+                # past the window's end before `_until_every_worker_counted` took over (its timer ran late):
+                # the window is held open for this worker all the same
+                phase = "measured"
+            if phase == "measured" and not counted:
+                counted = True
+                self.workers_counted += 1
+                if self.workers_counted >= (self.spec.concurrency or 0):
+                    self._every_worker_counted.set()
             await self._one(phase)
 
     async def _open_loop(self) -> None:
@@ -241,10 +278,15 @@ class StepRun:
                 await asyncio.sleep(delay)
                 if not self._keep_sending():
                     break
-            phase = self._phase_at(arrival)
-            if slots.locked() and phase == "measured":
-                self.arrivals_delayed += 1  # every slot busy: this arrival waits, the offered rate is not held
+            waited = slots.locked()
             await slots.acquire()
+            if waited and not self._keep_sending():
+                slots.release()
+                break
+            # an arrival that waited for a slot is sent now: its phase is the moment it leaves
+            phase = self._phase_at(max(arrival, time.perf_counter()) if waited else arrival)
+            if waited and phase == "measured":
+                self.arrivals_delayed += 1  # every slot busy: this arrival waited, the offered rate is not held
             task = asyncio.ensure_future(self._one(phase))
             self._tasks.add(task)
             task.add_done_callback(lambda t: (self._tasks.discard(t), slots.release()))
@@ -261,14 +303,19 @@ class StepRun:
         watch = self.lag.watch()
         self.in_flight += 1
         self.sent += 1
+        endpoint = spec.endpoint
+        if self._starts is not None:
+            endpoint = replace(endpoint, prompt=self._starts.next())
         try:
-            sample = await run_probe(self.client, spec.endpoint, spec.model, include_usage=spec.include_usage)
+            sample = await run_probe(self.client, endpoint, spec.model, include_usage=spec.include_usage)
         finally:
             lag_ns = watch.close()
             self.in_flight -= 1
             if counted and task is not None:
                 self._counted_open.pop(task, None)
         end_ns = time.perf_counter_ns()
+        if sample.error_kind == "client_fd_limit":
+            self.fd_failures += 1
         record = RequestRecord.of(sample, end_ns, lag_ns / 1e6, phase)
         if counted:
             self.counted.add(record, sample)

@@ -216,11 +216,12 @@ def _base_fields(step: StepResult) -> dict:
 
 
 def client_health(
-    lags_ms, cpu_wait_share: float | None, *, lag_limit_ms: float, cpu_wait_limit: float
+    lags_ms, cpu_wait_share: float | None, *, lag_limit_ms: float, cpu_wait_limit: float, fd_failures: int = 0
 ) -> ClientHealth:
     """Judge whether the generator was short of CPU: its loop late (p99 of the lateness sampled through the
     window, `ticklag.TickLag`) beyond `lag_limit_ms`, or its thread waiting for a CPU beyond `cpu_wait_limit`
-    of the window."""
+    of the window; or short of file descriptors: `fd_failures` of the step's requests could not open a
+    connection (EMFILE/ENFILE, error kind `client_fd_limit`), so the load was not held as planned."""
     ordered = sorted(lags_ms)
     p99 = quantile_sorted(ordered, 0.99) if ordered else None
     worst = ordered[-1] if ordered else None
@@ -231,12 +232,17 @@ def client_health(
         reasons.append(
             f"its thread waited for a CPU {cpu_wait_share * 100:.0f} % of the step (limit {cpu_wait_limit * 100:g} %)"
         )
+    reason = ("lpxtop's load generator was short of CPU: " + "; ".join(reasons)) if reasons else None
+    if fd_failures:
+        fds = (f"lpxtop's load generator ran out of file descriptors: {fd_failures} request(s) could not open a "
+               "connection (client_fd_limit; raise `ulimit -n`)")
+        reason = f"{fds}; {reason}" if reason else fds
     return ClientHealth(
         lag_p99_ms=p99,
         lag_max_ms=worst,
         cpu_wait_share=cpu_wait_share,
-        limited=bool(reasons),
-        reason=("lpxtop's load generator was short of CPU: " + "; ".join(reasons)) if reasons else None,
+        limited=reason is not None,
+        reason=reason,
     )
 
 

@@ -12,17 +12,20 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from lpxtop.jsonout import json_safe
 from lpxtop.model.probe import quantile_sorted
 
 SCHEMA = "lpxtop-load/1"
 MODES = ("concurrency", "rate", "input_tokens")
 QUANTILES = (50, 90, 95, 99)
 # Time of a step in these phases is not measured: warm-up before, drain after the measured window.
+RHYTHM_WINDOW_MS = 50.0
+SCHEDULES = ("together", "staggered", "arrivals")  # how a step's requests were scheduled (see Rhythm)
 PHASES = ("starting", "warmup", "measuring", "draining", "judging", "done", "stopped", "failed")
 
 
 def _r(x: float | None, digits: int = 3) -> float | None:
-    return None if x is None else round(x, digits)
+    return None if x is None or not math.isfinite(x) else round(x, digits)
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,31 @@ class ServerDuringStep:
 
 
 @dataclass(frozen=True)
+class Rhythm:
+    """How synchronised a step's sends were (lpxtop/load/rhythm.py defines the figures)."""
+
+    schedule: str
+    synchrony: float | None = None  # closed loop only
+    dispersion: float | None = None
+    sends: int = 0
+
+    def to_json(self) -> dict:
+        return {
+            "schedule": self.schedule,
+            "window_ms": RHYTHM_WINDOW_MS,
+            "synchrony": None if self.synchrony is None else round(self.synchrony, 4),
+            "dispersion": None if self.dispersion is None else round(self.dispersion, 3),
+            "sends": self.sends,
+        }
+
+    def describe(self) -> str:
+        """A few words for a table: "rounds 0.97", "spread 0.06"."""
+        if self.synchrony is None:
+            return "--" if self.dispersion is None else f"disp {self.dispersion:.1f}"
+        return f"{'rounds' if self.synchrony >= 0.25 else 'spread'} {self.synchrony:.2f}"
+
+
+@dataclass(frozen=True)
 class ClientHealth:
     """Was the load generator itself short of CPU during the step? (see lpxtop/engine/probe/clientlimit.py)
 
@@ -202,6 +230,7 @@ class StepResult:
     arrivals_delayed: int = 0  # open loop: arrivals that waited for a free slot (max_concurrency)
     wall_s: float = 0.0  # the whole step: warm-up, window, drain
     window_extended_s: float = 0.0  # closed loop: the window ran this much longer, until every worker sent once
+    rhythm: Rhythm | None = None  # how synchronised the counted requests' sends were
 
     @property
     def requests(self) -> int:
@@ -260,7 +289,8 @@ class StepResult:
         out["arrivals_delayed"] = self.arrivals_delayed
         out["wall_s"] = _r(self.wall_s, 3)
         out["window_extended_s"] = _r(self.window_extended_s, 3)
-        return out
+        out["rhythm"] = self.rhythm.to_json() if self.rhythm is not None else None
+        return json_safe(out)  # a server's +Inf or NaN never reaches a report, a recording or an export
 
 
 @dataclass(frozen=True)

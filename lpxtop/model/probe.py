@@ -148,5 +148,6 @@ ERROR_KINDS = (
     "not_streamed",  # one JSON body (or a page) instead of an event stream: see engine/probe/reads.py body_error
     "empty",
     "no_model",  # GET /models answered an empty list and no model was named: nothing to ask for
+    "client_fd_limit",  # lpxtop's own file descriptors ran out (EMFILE/ENFILE): its limit, not the server's
     "other",
 )

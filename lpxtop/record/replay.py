@@ -230,6 +230,7 @@ class ReplaySource:
             raise RecordingError(f"{path}: the recording holds no readable events"
                                  + (f" ({summary})" if summary else " (it was stopped before its first second?)"))
         self.start, self.end = span
+        self.end = self._through_marks(self.end)
         first = self.recording.first_keyframe() if self.recording.pruned_after_seq else None
         if first is not None:  # retention dropped the beginning: replay starts at the oldest keyframe
             self.start = max(self.start, first[1])
@@ -345,9 +346,16 @@ class ReplaySource:
         """A file still being written grows: find its new end."""
         self.recording.refresh()
         span = self.recording.time_range()
-        if span is not None and span[1] > self.end:
-            self.end = span[1]
+        end = self._through_marks(span[1]) if span is not None else self.end
+        if end > self.end:
+            self.end = end
             self._exhausted = False
+
+    def _through_marks(self, end: float) -> float:
+        """The end of the timeline: the last event, or a later mark (a load step's mark sits at its first
+        request, which can come after the engine's last reading), so every mark is a place to jump to."""
+        latest = max((m.t for m in self.marks()), default=end)
+        return max(end, latest)
 
     def marks(self) -> tuple[Mark, ...]:
         return tuple(self.recording.marks())

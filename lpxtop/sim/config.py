@@ -19,7 +19,9 @@ class SimConfig:
 
     Timing: a decode step takes `itl_ms * (1 + batch_factor * (running - 1))`; a step that admits new
     requests also pays `ttft_ms + prefill_ms_per_token * uncached_prompt_tokens` once (prefills are
-    batched). Every step gets +/- `jitter` (a share) of seeded random noise.
+    batched), and its decode term counts only the requests decoding in it (`running` minus those being
+    prefilled: a prompt costs its prefill, not a decode slot too). Every step gets +/- `jitter` (a share)
+    of seeded random noise.
     Capacity: at most `max_num_seqs` running requests; the rest wait FIFO, at most `max_waiting` of
     them (more get HTTP 503). Each running request holds prompt + generated tokens of the `kv_tokens`
     KV cache; when the next step would overflow it, the newest running request is preempted.
@@ -55,7 +57,11 @@ class SimConfig:
     empty_chunk_rate: float = 0.0
     send_usage: bool = True  # False: ignore stream_options.include_usage, like servers that never send it
     reject_stream_options: bool = False  # True: HTTP 422 for a request that has stream_options at all
-    role_chunk_at: str = "admitted"  # "received" | "admitted" (scheduled) | "first_token"
+    # When the chat stream's role-only opening chunk is sent: "first_token" (just before it, as vLLM 0.32 does:
+    # its chat server sends the role on the engine's first output, which carries the first token), "admitted"
+    # (when scheduled, before the prefill) or "received" (at once, as some gateways do). A client that takes
+    # the role chunk for the first token (`vllm bench serve`) reads the admission time with "admitted".
+    role_chunk_at: str = "first_token"
     background_prompt_tokens: tuple[int, int] = (64, 960)  # own prompt tokens of a virtual request (min, max)
     background_max_tokens: tuple[int, int] = (32, 320)  # output tokens of a virtual request (min, max)
     prefix_block_tokens: int = 16

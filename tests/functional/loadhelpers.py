@@ -42,7 +42,8 @@ class Run:
         return [json.loads(line) for line in self.requests_jsonl.splitlines() if line.strip()]
 
 
-def run_plan(plan: LoadPlan, *, timeout_s: float = 60.0, scrape: bool = True, on_mark=None) -> Run:
+def run_plan(plan: LoadPlan, *, timeout_s: float = 60.0, scrape: bool = True, on_mark=None,
+             request_listener=None) -> Run:
     """Run `plan` with the engine beside it (scrapes only) and return once it ended (or fail after timeout_s)."""
     engine = build_load_engine(plan, ui=False, scrape=scrape)
     watch = ServerWatch(plan.endpoint.name, plan.endpoint.effective_metrics_url if scrape else None)
@@ -51,6 +52,8 @@ def run_plan(plan: LoadPlan, *, timeout_s: float = 60.0, scrape: bool = True, on
     controller = LoadController(plan, server_watch=watch, requests_out=out)
     if on_mark is not None:
         controller.add_mark_listener(on_mark)
+    if request_listener is not None:
+        controller.add_request_listener(request_listener)
     engine.start()
     try:
         controller.start()

@@ -65,7 +65,9 @@ def test_a_target_that_is_down_exits_1_and_says_so(tmp_path):
     assert report["outcome"] == "target_down" and report["steps"] == [] and "refused" in report["error"]
 
 
-def test_ctrl_c_mid_step_stops_at_once_and_leaves_a_valid_partial_report(tmp_path):
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_mid_step_stops_at_once_and_leaves_a_valid_partial_report(tmp_path, sig, code):
+    """Ctrl-C, and SIGTERM as systemd, CI runners and `timeout` send it, alike."""
     path = tmp_path / "r.json"
     with start_sim_in_thread(FAST_SIM) as sim:
         proc = lpxtop(sim.url, "--concurrency", "1,2", "--duration", "1", "--warmup", "0.2", "--output-tokens", "12",
@@ -84,10 +86,10 @@ def test_ctrl_c_mid_step_stops_at_once_and_leaves_a_valid_partial_report(tmp_pat
         assert any("step 2: 2 concurrent, measuring" in s for s in seen), seen
         time.sleep(0.3)
         sent_at = time.monotonic()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=20)
         stopped_in = time.monotonic() - sent_at
-    assert proc.returncode == 130, err
+    assert proc.returncode == code, err
     assert stopped_in < 3.0  # at once: in-flight requests are cancelled, not waited for
     report = json.loads(path.read_text())
     assert report["outcome"] == "stopped" and report["partial"] is True
@@ -117,6 +119,24 @@ def test_the_dashboard_on_a_terminal_stops_at_once_and_writes_the_report(tmp_pat
     report = json.loads(path.read_text())
     assert report["outcome"] == "stopped"
     assert [s["status"] for s in report["steps"]] == ["done", "partial"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX pseudo-terminals")
+def test_sigterm_ends_the_dashboard_as_q_does_and_the_report_is_written(tmp_path):
+    from tests.functional.test_ui_terminal import Terminal
+
+    path = tmp_path / "r.json"
+    with start_sim_in_thread(FAST_SIM) as sim:
+        term = Terminal("load", sim.url, "--concurrency", "1", "--duration", "20", "--warmup", "0.2", "--refresh",
+                        "0.2", "--output-tokens", "12", "--json", str(path), *RELAXED)
+        try:
+            term.wait_for("measuring", timeout_s=40)
+            term.proc.send_signal(signal.SIGTERM)
+            assert term.proc.wait(20) == 143
+        finally:
+            term.close()
+    report = json.loads(path.read_text())
+    assert report["outcome"] == "stopped" and [s["status"] for s in report["steps"]] == ["partial"]
 
 
 def test_every_run_is_recorded_by_default_with_a_mark_per_step(tmp_path):
@@ -159,6 +179,34 @@ def test_every_run_is_recorded_by_default_with_a_mark_per_step(tmp_path):
         assert source.timeline.next_mark(1, ("load_step",)).t == steps[1].t
         view = source.snapshot().endpoints[0]
         assert view.name == "load" and view.server is not None and view.server.kind == "vllm"
+    finally:
+        source.close()
+
+
+def test_a_step_mark_after_the_recordings_last_reading_is_still_a_place_replay_jumps_to(tmp_path):
+    """A load step's mark is placed at its first request; on a busy machine the engine's last reading (every
+    second) can come before the last step began, and replay must still find the mark (`n`)."""
+    from lpxtop.load.cli import build_load_engine
+    from lpxtop.record.recorder import Recorder
+    from lpxtop.record.replay import ReplaySource
+    from tests.functional.loadhelpers import plan_for
+
+    path = tmp_path / "run.lpxrec"
+    with start_sim_in_thread(FAST_SIM) as sim:
+        plan = plan_for(sim.url)
+        engine = build_load_engine(plan, ui=False, scrape=True, readings=True)
+        recorder = Recorder.start_for(engine, path, endpoints=[plan.endpoint])
+        with engine:
+            time.sleep(1.3)
+    after_the_last_reading = time.time() + 2.0
+    recorder.mark("load_step", {"label": "step 2"}, after_the_last_reading)
+    recorder.close()
+    source = ReplaySource(path, playing=False)
+    try:
+        assert source.end < after_the_last_reading or source.timeline.end >= after_the_last_reading
+        found = source.timeline.next_mark(1, ("load_step",))
+        assert found is not None and found.t == after_the_last_reading
+        assert source.timeline.position() == after_the_last_reading
     finally:
         source.close()
 

@@ -90,10 +90,12 @@ def test_error_event_ends_the_stream_without_done(sim: SimHandle, client: httpx.
     assert [k for _, k, _ in record.events] == ["role", "content", "error"]
 
 
-def test_first_token_delay_slows_only_the_first_token(sim: SimHandle, client: httpx.Client) -> None:
-    sim.server.set_faults(count=1, first_token_delay_ms=300)
-    result = _chat(sim, client, max_tokens=6)
-    record = sim.server.record_for(result.response_id)
+def test_first_token_delay_slows_only_the_first_token(client: httpx.Client) -> None:
+    # the role chunk sent on admission marks when the request was scheduled
+    with start_sim_in_thread(SimConfig(**FAST, role_chunk_at="admitted")) as sim:
+        sim.server.set_faults(count=1, first_token_delay_ms=300)
+        result = _chat(sim, client, max_tokens=6)
+        record = sim.server.record_for(result.response_id)
     assert record is not None
     role_at, first_token_at = record.times_ns("role")[0], record.times_ns("content")[0]
     assert (role_at - record.t_received_ns) / 1e6 < 150  # admitted at once

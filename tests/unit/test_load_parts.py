@@ -12,9 +12,11 @@ import pytest
 from lpxtop.cli import main
 from lpxtop.config import ConfigError
 from lpxtop.load.cli import build_parser, is_local, plan_from_args
-from lpxtop.load.prompts import FILLER_WORDS, Calibration, filler_text
+from lpxtop.load.plan import LoadPlan
+from lpxtop.load.prompts import FILLER_WORDS, HEAD_WORDS, Calibration, FreshStarts, filler_text
 from lpxtop.load.report import report_json, steps_csv, write_text
 from lpxtop.load.server_window import ServerWatch, parse_counters
+from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.events import ScrapeEvent
 from lpxtop.model.load import Capacity, LoadState, ServerDuringStep, StepResult
 from lpxtop.model.server import ServerMetrics
@@ -60,15 +62,47 @@ def test_step_server_figures_are_window_deltas_and_scrape_peaks():
 
 
 def test_calibration_aims_at_the_servers_token_count():
-    # the simulator's tokenizer: one token per word plus the chat template and the random prefix
-    def server_tokens(words: int) -> int:
-        text = f"[0123456789ab] {filler_text(words)}"
+    # the simulator's tokenizer: one token per word plus the chat template; calibrated without a prefix
+    def server_tokens(text: str) -> int:
         return len(chat_prompt_tokens([{"role": "user", "content": text}]))
 
-    cal = Calibration.from_points(64, server_tokens(64), 128, server_tokens(128))
-    for target in (128, 1024, 4096):
-        assert server_tokens(cal.words_for(target)) == target
+    cal = Calibration.from_points(64, server_tokens(filler_text(64)), 128, server_tokens(filler_text(128)))
+    plan = LoadPlan(endpoint=EndpointConfig(name="t", url="http://127.0.0.1:9/v1"), mode="concurrency", levels=(1.0,))
+    for target in (16, 128, 1024, 4096):
+        endpoint = plan.step_endpoint(target, cal)
+        head = plan.head_words(target, cal)
+        assert 0 < head <= HEAD_WORDS and not endpoint.random_prefix
+        # every request as sent: its first words shuffled, the same words; the length never varies
+        starts = FreshStarts(endpoint.prompt, head)
+        prompts = {starts.next() for _ in range(20)}
+        assert len(prompts) == 20 and {server_tokens(p) for p in prompts} == {target}
+        assert all(sorted(p.split()) == sorted(endpoint.prompt.split()) for p in prompts)
+        assert all(p.split()[0] == endpoint.prompt.split()[0] for p in prompts)
     assert all(len(w) <= 5 for w in FILLER_WORDS)
+
+
+def test_a_tokenizer_that_is_not_linear_in_words_is_met_by_checking_the_targets():
+    # like the real-server kit's 481-token tokenizer: most filler words are 2-3 tokens, the first ones fewer,
+    # so the line from 64 and 128 words misses a short target (45 for 50 there; 46 for 38 here)
+    cost = [1 if i < 30 else 2 + (i * 7) % 2 for i in range(5000)]
+
+    def server_tokens(words: int) -> int:
+        return 22 + sum(cost[:words])
+
+    cal = Calibration.from_points(64, server_tokens(64), 128, server_tokens(128))
+    line_miss = abs(server_tokens(cal.words_for(38)) - 38)
+    for target in (38, 50, 128, 1000):
+        words, seen, tried = cal.words_for(target), [], []
+        for _ in range(4):  # what LoadController._refine does, with the server's count
+            seen.append((abs(server_tokens(words) - target), words))
+            if seen[-1][0] == 0:
+                break
+            tried.append((words, server_tokens(words)))
+            words = cal.next_guess(target, tried)
+        best = min(seen)
+        cal = cal.refined(target, best[1])
+        assert abs(server_tokens(cal.words_for(target)) - target) <= 2, (target, seen)
+    assert line_miss > 2 >= abs(server_tokens(cal.words_for(38)) - 38)  # within a word's tokens, where the line was not
 
 
 def _state() -> LoadState:

@@ -111,7 +111,7 @@ def test_token_buckets_follow_vllms_1_2_5_rule() -> None:
 
 
 def _engine(**kw) -> Engine:
-    config = SimConfig(model="m", jitter=0.0, prefill_ms_per_token=0.0, **kw)
+    config = SimConfig(**{"model": "m", "jitter": 0.0, "prefill_ms_per_token": 0.0, **kw})
     return Engine(config, SimMetrics("m", config.max_model_len, config.kv_tokens))
 
 
@@ -153,6 +153,25 @@ async def test_step_time_grows_with_the_batch() -> None:
     assert min(gaps) >= 0.015
     assert statistics.median(gaps) < 0.030
     assert events_a[-1][3] == "length" and a.generated == 6
+
+
+def test_a_step_costs_its_decodes_and_its_prefills_not_a_decode_slot_for_each_prefill() -> None:
+    # the SimConfig timing rule, step by step (jitter 0): decode term over the requests decoding in the step,
+    # prefill term once for the prompts prefilled in it
+    engine = _engine(ttft_ms=20, itl_ms=40, batch_factor=0.05, prefill_ms_per_token=0.02)
+
+    def requests(n: int, tokens: int = 19) -> list[SimRequest]:
+        made = [_request(f"r{i}", prompt=tokens) for i in range(n)]
+        for r in made:
+            r.prefill_uncached = tokens
+        return made
+
+    ms = lambda prefilling, decoding: engine._step_seconds(prefilling, decoding) * 1000  # noqa: E731
+    assert ms([], requests(100)) == pytest.approx(40 * (1 + 0.05 * 99))  # a decode step of 100
+    assert ms(requests(100), []) == pytest.approx(20 + 0.02 * 1900)  # a round's prefills alone
+    # a round of 99 prompts beside one decoding request: one decode slot, not 100
+    assert ms(requests(99), requests(1)) == pytest.approx(40 + 20 + 0.02 * 99 * 19)
+    assert ms(requests(3), requests(97)) == pytest.approx(40 * (1 + 0.05 * 96) + 20 + 0.02 * 3 * 19)
 
 
 async def test_fifo_admission_and_waiting_beyond_max_num_seqs() -> None:

@@ -104,10 +104,14 @@ def classify_exception(exc: BaseException, *, started_stream: bool) -> tuple[str
             return "tls", f"TLS failed: {link}"
         if isinstance(link, socket.gaierror):
             return "dns", f"name lookup failed: {link.strerror or link}"
+        if getattr(link, "errno", None) in (errno.EMFILE, errno.ENFILE):
+            return "client_fd_limit", _fd_limit_message(link)
         if isinstance(link, ConnectionRefusedError) or getattr(link, "errno", None) == errno.ECONNREFUSED:
             return "refused", "connection refused: nothing listens on that port"
     text = str(exc) or type(exc).__name__
     lowered = text.lower()
+    if "too many open files" in lowered:
+        return "client_fd_limit", _fd_limit_message(exc)
     if "name or service not known" in lowered or "nodename nor servname" in lowered or "temporary failure in name resolution" in lowered:
         return "dns", f"name lookup failed: {text}"
     if "ssl" in lowered or "certificate" in lowered:
@@ -187,3 +191,15 @@ def retry_after(value: str | None) -> float | None:
     if not math.isfinite(seconds):
         return None
     return min(max(0.0, seconds), MAX_RETRY_AFTER_S)
+
+
+def _fd_limit_message(exc: BaseException) -> str:
+    """lpxtop itself ran out of file descriptors (EMFILE/ENFILE): its own limit, never the server's answer."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        limit = f" (this process may open {soft}: raise it with `ulimit -n`)" if soft != resource.RLIM_INFINITY else ""
+    except (ImportError, OSError, ValueError):
+        limit = ""
+    return f"lpxtop ran out of file descriptors{limit}, not the server: {getattr(exc, 'strerror', None) or exc}"
