@@ -27,6 +27,7 @@ from lpxtop.config import (
     load_config_file,
     parse_duration_s,
     parse_probes,
+    read_inputs_file,
     settle_agent_settings,
 )
 from lpxtop.durations import DurationError, parse_duration
@@ -160,9 +161,11 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
                    help="OpenAI-compatible endpoint: http://host:port/v1, http://host:port or host:port")
     g.add_argument("-c", "--config", metavar="FILE", help="read endpoints (and alert, UI settings) from a TOML file")
     g.add_argument("-m", "--model", help="model to request (default: the first one /v1/models lists)")
-    g.add_argument("--api", choices=("chat", "completions", "dify"),
-                   help="probe /v1/chat/completions (default) or /v1/completions; dify: a Dify app's "
-                   "/v1/chat-messages, with agent steps (the key from --api-key-env)")
+    g.add_argument("--api", choices=("chat", "completions", "dify", "dify-workflow", "coze"),
+                   help="probe /v1/chat/completions (default) or /v1/completions; agent platforms, probed with "
+                   "agent steps (the key from --api-key-env): dify (a Dify app's /v1/chat-messages), "
+                   "dify-workflow (a workflow's /v1/workflows/run, timed node by node), coze (a Coze bot's "
+                   "/v3/chat, with --bot-id)")
     g.add_argument("--api-key-env", type=env_name, metavar="VAR",
                    help="environment variable that holds the API key (the key itself is never shown or saved)")
     g.add_argument("-i", "--interval", type=_seconds, metavar="DURATION",
@@ -186,7 +189,8 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
         "With --probe agent, lpxtop sends one agent step every interval: a streamed\n"
         "tool call (call 1), the tool, and the streamed answer with the tool's result\n"
         "(call 2). It costs the watched server TWO CALLS PER INTERVAL (on top of the\n"
-        "chat probe's one with --probe chat,agent; one for --api dify).",
+        "chat probe's one with --probe chat,agent; one for an agent platform: --api dify,\n"
+        "dify-workflow or coze).",
     )
     a.add_argument("--probe", type=_probe_kinds, metavar="KINDS",
                    help="chat (default), agent, or chat,agent")
@@ -199,6 +203,10 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
                    help="how long the tool takes to run, e.g. 0ms (default), 250ms, 1.5s")
     a.add_argument("--chain-steps", type=_chain_steps, metavar="N",
                    help="steps in the chain whose p50/p95 budget is shown (default 5)")
+    a.add_argument("--bot-id", metavar="ID", help="--api coze: the bot to probe (the number at the end of its URL)")
+    a.add_argument("--inputs-file", metavar="FILE",
+                   help="--api dify-workflow: a JSON object of the workflow's inputs (a string \"{prompt}\" "
+                   "becomes the step's question; default {\"query\": question})")
     w = parser.add_argument_group("statistics")
     w.add_argument("--window", type=duration_between(1.0, 86_400.0), metavar="DURATION",
                    help="rolling window for percentiles (default 5m)")
@@ -377,6 +385,8 @@ def _endpoint_overrides(args: argparse.Namespace) -> dict:
         "tools_file": args.tools_file,
         "tool_latency_s": args.tool_latency,
         "chain_steps": args.chain_steps,
+        "bot_id": args.bot_id,
+        "inputs": read_inputs_file(args.inputs_file) if args.inputs_file else None,
     }
 
 
