@@ -33,6 +33,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from lpxtop.model.agent import AgentStep
+from lpxtop.model.endpoint import PLATFORM_APIS
 from lpxtop.model.probe import Sample
 from lpxtop.otel import semconv as sc
 from lpxtop.otel.measures import EndpointInfo, request_duration_ms
@@ -146,7 +147,7 @@ class SpanBuilder:
     # ---- one agent step ----
 
     def agent_step(self, step: AgentStep, info: EndpointInfo) -> list[ReadableSpan]:
-        if step.api == "dify":
+        if step.api in PLATFORM_APIS:
             return self._dify_step(step, info)
         start = start_wall_ns(step)
         own = step_ids(step)
