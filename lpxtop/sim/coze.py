@@ -68,7 +68,7 @@ class CozeBot:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         server = self.server
-        record, faults = new_record(server, "coze", self._id())
+        record, faults = new_record(server, request, "coze", self._id())
         if not authorized(request, faults):
             return reject(record, coze_error(4100, "authentication is invalid", status=401))
         body = await read_json(request)

@@ -62,7 +62,7 @@ class DifyApp:
 
     async def chat_messages(self, request: web.Request) -> web.StreamResponse:
         server = self.server
-        record, faults = new_record(server, "dify")
+        record, faults = new_record(server, request, "dify")
         if not authorized(request, faults):
             return reject(record, dify_error(401, "unauthorized", "Access token is invalid"))
         body = await read_json(request)

@@ -63,7 +63,7 @@ class DifyWorkflow:
 
     async def run(self, request: web.Request) -> web.StreamResponse:
         server = self.server
-        record, faults = new_record(server, "dify-workflow")
+        record, faults = new_record(server, request, "dify-workflow")
         if not authorized(request, faults):
             return reject(record, dify_error(401, "unauthorized", "Access token is invalid"))
         body = await read_json(request)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from lpxtop.engine.traces.context import parse_traceparent
 from lpxtop.sim.engine import SimRequest
 from lpxtop.sim.records import SimRecord
 from lpxtop.sim.text import tokenize
@@ -44,11 +45,15 @@ def sse(payload: Any, event: str | None = None) -> bytes:
     return f"{head}data: {data}\n\n".encode()
 
 
-def new_record(server: SimServer, api: str, response_id: str | None = None) -> tuple[SimRecord, Faults]:
-    """A request's truth record, kept by the server, and the faults that apply to it."""
+def new_record(server: SimServer, request: web.Request, api: str,
+               response_id: str | None = None) -> tuple[SimRecord, Faults]:
+    """A request's truth record (with the trace id its traceparent carried), kept by the server, and the faults
+    that apply to it."""
     faults = server.faults.take()
+    parent = parse_traceparent(request.headers.get("traceparent"))
     record = SimRecord(response_id=response_id or str(uuid.uuid4()), model=server.config.model, api=api, stream=True,
-                       t_received_ns=time.perf_counter_ns(), faults=tuple(faults.active()))
+                       t_received_ns=time.perf_counter_ns(), faults=tuple(faults.active()),
+                       trace_id=parent.trace_id if parent else None)
     server.record_store.add(record)
     return record, faults
 
