@@ -113,7 +113,7 @@ class CozeChatSink(StreamSink):
             self._message(name, obj, t_ns)
 
     def _chat(self, name: str, chat: dict, t_ns: int) -> None:
-        self.chat_id = self.chat_id or text_of(chat.get("id"), 100)
+        self.chat_id = self.chat_id or _ident(chat.get("id"))
         self.created_at = self.created_at or _unix_s(chat.get("created_at"))
         if name == "conversation.chat.completed":
             self.completed_ns = t_ns
@@ -149,7 +149,7 @@ class CozeChatSink(StreamSink):
         elif kind == "answer":
             reasoning = message.get("reasoning_content")
             said = bool(content) or (isinstance(reasoning, str) and bool(reasoning))
-            message_id = text_of(message.get("id"), 100) or ""
+            message_id = _ident(message.get("id")) or ""
             if name == "conversation.message.delta":
                 if not said:
                     return
@@ -216,6 +216,13 @@ def _required_tools(action: object) -> tuple[str, ...]:
         name = text_of(function.get("name"), 100) if isinstance(function, dict) else None
         names.append(name or "?")
     return tuple(names)
+
+
+def _ident(value: object) -> str | None:
+    """An id as Coze sends it: a string (the cloud API) or a number (Coze Studio's int64 ids)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return text_of(value, 100)
 
 
 def _first_count(usage: dict, *keys: str) -> int | None:
