@@ -308,7 +308,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         parser = ArgumentParser(
             prog="lpxtop demo",
             description="Open the dashboard on simulated inference servers that lpxtop runs itself on "
-            "127.0.0.1 (one also probed with agent steps, one a Dify agent app), with load that rises and falls "
+            "127.0.0.1 (one also probed with agent steps, one playing a Dify agent app, a Dify workflow and a Coze "
+            "bot), with load that rises and falls "
             "and a simulated GPU. No GPU, server or network needed. "
             "Press g in the dashboard to surge the load and provoke the warnings.",
             formatter_class=fmt,
