@@ -83,3 +83,25 @@ def test_command_line_flags(tmp_path):
     assert bad_file.returncode == 2 and "--inputs-file" in bad_file.stderr and "cannot read it" in bad_file.stderr
     help_text = lpxtop("--help").stdout
     assert "--bot-id" in help_text and "--inputs-file" in help_text and "dify-workflow" in help_text
+
+
+def test_a_workflow_step_with_its_nodes_survives_a_recording():
+    from lpxtop.model.agent import AgentStep, AgentStepEvent
+    from lpxtop.model.platform import AgentNode
+    from lpxtop.record.codec import Decoder, Encoder, record_types
+    from lpxtop.record.export import agent_step_row
+    from lpxtop.record.records import STREAM_TYPES
+
+    step = AgentStep(endpoint="flow", api="dify-workflow", wall_time=1.0, start_ns=5, step_ms=900.0,
+                     app_latency_ms=880.0, total_tokens=12, nodes=(
+                         AgentNode(title="Start", node_type="start", node_id="1", status="succeeded", start_ms=2.0,
+                                   seen_ms=0.5, elapsed_ms=0.2),
+                         AgentNode(title="Answer", node_type="llm", start_ms=3.0)))
+    event = AgentStepEvent("flow", step)
+    encoder = Encoder()
+    data = encoder.encode(event)
+    decoder = Decoder(encoder.layouts, record_types(STREAM_TYPES))
+    assert decoder.decode(encoder.type_name(AgentStepEvent), json.loads(json.dumps(data))) == event
+    row = agent_step_row(event)
+    assert row["nodes"][1] == {"title": "Answer", "node_type": "llm", "node_id": None, "status": "unfinished",
+                               "start_ms": 3.0, "seen_ms": None, "elapsed_ms": None, "error": None}
