@@ -329,7 +329,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         parser = ArgumentParser(
             prog="lpxtop sim",
             description="Run the simulated OpenAI-compatible inference server alone (vLLM-like batching, "
-            "queueing, KV cache, /metrics in vLLM's format, injectable faults).",
+            "queueing, KV cache, /metrics in vLLM's format, injectable faults). It also plays the agent "
+            "platforms: a Dify app (/v1/chat-messages), a Dify workflow (/v1/workflows/run) and a Coze bot "
+            "(/v3/chat).",
             formatter_class=fmt,
         )
         add_sim_arguments(parser)
