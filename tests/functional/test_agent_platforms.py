@@ -73,7 +73,8 @@ async def test_coze_figures_match_the_sims_record():
             errs["completed"].append(s.client_latency_ms - ms(times(record, "chat_completed")[0], s.start_ns))
             assert s.step_ms == s.answer_e2e_ms and s.time_to_tool_name_ms == s.time_to_tool_call_ms
             assert s.time_to_observation_ms == pytest.approx(s.time_to_tool_call_ms + s.tool_ms)
-            assert s.tool_name == "get_weather" and s.args_valid_json is True and s.tool_ms >= 25
+            assert s.tool_name == "get_weather" and s.args_valid_json is True
+            assert s.tool_ms >= 25 - 2 * TOLERANCE_MS  # a difference of two arrivals: the sim sleeps 25 ms
             # the platform's own figure, exactly as sent, in whole seconds
             assert s.app_latency_ms == (record.app["completed_at"] - record.app["created_at"]) * 1000.0
             assert s.app_latency_resolution_ms == 1000.0
@@ -207,6 +208,8 @@ def test_once_json_with_a_coze_bot_and_a_dify_workflow(tmp_path):
         assert bot[key] is not None, key
     assert flow["api"] == "dify-workflow" and flow["steps_ok"] == 2
     assert [n["title"] for n in flow["nodes"]] == [n[0] for n in NODES]
-    assert all(n["runs"] == 2 and n["errors"] == 0 and n["elapsed_ms"]["p50"] >= 0 for n in flow["nodes"])
+    # the nodes of the steps whose times count (a client-limited step's are left out, as its other times)
+    timed = 2 if flow["latency_includes_client_limited"] else 2 - flow["steps_client_limited"]
+    assert all(n["runs"] == timed and n["errors"] == 0 and n["elapsed_ms"]["p50"] >= 0 for n in flow["nodes"])
     assert flow["nodes"][2]["elapsed_ms"]["p50"] >= 25  # the Weather node: the sim's tool latency
     assert doc["flow"]["status"] == "up" and doc["bot"]["status"] == "up"

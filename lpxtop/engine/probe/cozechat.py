@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import json
 
-from lpxtop.engine.probe.difyevents import count, text_of
+from lpxtop.engine.probe.chunks import count
+from lpxtop.engine.probe.difyevents import text_of
 from lpxtop.engine.probe.errors import StreamError, error_text, short
 from lpxtop.engine.probe.sink import StreamSink
 
@@ -235,5 +236,6 @@ def _first_count(usage: dict, *keys: str) -> int | None:
 
 def _unix_s(value: object) -> int | None:
     """A Unix time in whole seconds (Coze's `created_at`/`completed_at`), as an int; None if not one."""
-    seconds = count(value)
-    return seconds if seconds is not None and seconds > 0 else None
+    if type(value) is float and value.is_integer():
+        value = int(value)
+    return value if type(value) is int and 0 < value < 10**11 else None

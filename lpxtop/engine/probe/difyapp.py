@@ -25,9 +25,9 @@ engine/agent/dify.py's.
 
 from __future__ import annotations
 
+from lpxtop.engine.probe.chunks import count
 from lpxtop.engine.probe.difyevents import (
     NodeTimeline,
-    count,
     dify_error,
     dify_event,
     is_dify_error_body,

@@ -24,6 +24,7 @@ import json
 import math
 from dataclasses import dataclass
 
+from lpxtop.engine.probe.chunks import count
 from lpxtop.engine.probe.errors import StreamError, error_text, short
 from lpxtop.model.platform import MAX_NODES
 
@@ -78,15 +79,6 @@ def seconds(value: object) -> float | None:
         return None
     value = float(value)
     return value if math.isfinite(value) and 0.0 <= value < MAX_ELAPSED_S else None
-
-
-def count(value: object) -> int | None:
-    """A token count as a platform sends it: a non-negative whole number of sane size; else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    if value != int(value) or not 0 <= value < 10**12:
-        return None
-    return int(value)
 
 
 @dataclass
