@@ -189,8 +189,8 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
         "With --probe agent, lpxtop sends one agent step every interval: a streamed\n"
         "tool call (call 1), the tool, and the streamed answer with the tool's result\n"
         "(call 2). It costs the watched server TWO CALLS PER INTERVAL (on top of the\n"
-        "chat probe's one with --probe chat,agent; one for an agent platform: --api dify,\n"
-        "dify-workflow or coze).",
+        "chat probe's one with --probe chat,agent; one for an agent platform:\n"
+        "--api dify, dify-workflow or coze).",
     )
     a.add_argument("--probe", type=_probe_kinds, metavar="KINDS",
                    help="chat (default), agent, or chat,agent")
