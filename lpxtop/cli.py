@@ -161,11 +161,8 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
                    help="OpenAI-compatible endpoint: http://host:port/v1, http://host:port or host:port")
     g.add_argument("-c", "--config", metavar="FILE", help="read endpoints (and alert, UI settings) from a TOML file")
     g.add_argument("-m", "--model", help="model to request (default: the first one /v1/models lists)")
-    g.add_argument("--api", choices=("chat", "completions", "dify", "dify-workflow", "coze"),
-                   help="probe /v1/chat/completions (default) or /v1/completions; agent platforms, probed with "
-                   "agent steps (the key from --api-key-env): dify (a Dify app's /v1/chat-messages), "
-                   "dify-workflow (a workflow's /v1/workflows/run, timed node by node), coze (a Coze bot's "
-                   "/v3/chat, with --bot-id)")
+    g.add_argument("--api", choices=("chat", "completions", "dify", "dify-workflow", "coze"), metavar="API",
+                   help="chat (default), completions; agent platforms: dify, dify-workflow, coze")
     g.add_argument("--api-key-env", type=env_name, metavar="VAR",
                    help="environment variable that holds the API key (the key itself is never shown or saved)")
     g.add_argument("-i", "--interval", type=_seconds, metavar="DURATION",
@@ -189,8 +186,7 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
         "With --probe agent, lpxtop sends one agent step every interval: a streamed\n"
         "tool call (call 1), the tool, and the streamed answer with the tool's result\n"
         "(call 2). It costs the watched server TWO CALLS PER INTERVAL (on top of the\n"
-        "chat probe's one with --probe chat,agent; one for an agent platform:\n"
-        "--api dify, dify-workflow or coze).",
+        "chat probe's one with --probe chat,agent; one for an agent platform).",
     )
     a.add_argument("--probe", type=_probe_kinds, metavar="KINDS",
                    help="chat (default), agent, or chat,agent")
@@ -198,15 +194,13 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
                    help="call 1's tool_choice: required (default), auto, or the name of one tool")
     a.add_argument("--tools-file", metavar="FILE",
                    help="JSON tools (a list, or {\"tools\", \"prompt\", \"results\"}) instead of the built-in "
-                   "get_weather, search_docs, get_time")
+                   "three")
     a.add_argument("--tool-latency", type=_duration, metavar="DURATION",
                    help="how long the tool takes to run, e.g. 0ms (default), 250ms, 1.5s")
     a.add_argument("--chain-steps", type=_chain_steps, metavar="N",
                    help="steps in the chain whose p50/p95 budget is shown (default 5)")
-    a.add_argument("--bot-id", metavar="ID", help="--api coze: the bot to probe (the number at the end of its URL)")
-    a.add_argument("--inputs-file", metavar="FILE",
-                   help="--api dify-workflow: a JSON object of the workflow's inputs (a string \"{prompt}\" "
-                   "becomes the step's question; default {\"query\": question})")
+    a.add_argument("--bot-id", metavar="ID", help="the Coze bot to probe (--api coze)")
+    a.add_argument("--inputs-file", metavar="FILE", help="a Dify workflow's inputs, a JSON object")
     w = parser.add_argument_group("statistics")
     w.add_argument("--window", type=duration_between(1.0, 86_400.0), metavar="DURATION",
                    help="rolling window for percentiles (default 5m)")
