@@ -45,9 +45,6 @@ from lpxtop.sim.text import tokenize
 if TYPE_CHECKING:
     from lpxtop.sim.server import SimServer
 
-# The names tests and the demo use
-DIFY_TOOL, DIFY_TOOL_INPUT, DIFY_OBSERVATION = TOOL, TOOL_INPUT, OBSERVATION
-
 
 def dify_error(status: int, code: str, message: str) -> web.Response:
     # Dify's error body: {"code", "message", "status"}
