@@ -27,6 +27,7 @@ from lpxtop.config import (
     load_config_file,
     parse_duration_s,
     parse_probes,
+    read_inputs_file,
     settle_agent_settings,
 )
 from lpxtop.durations import DurationError, parse_duration
@@ -160,9 +161,8 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
                    help="OpenAI-compatible endpoint: http://host:port/v1, http://host:port or host:port")
     g.add_argument("-c", "--config", metavar="FILE", help="read endpoints (and alert, UI settings) from a TOML file")
     g.add_argument("-m", "--model", help="model to request (default: the first one /v1/models lists)")
-    g.add_argument("--api", choices=("chat", "completions", "dify"),
-                   help="probe /v1/chat/completions (default) or /v1/completions; dify: a Dify app's "
-                   "/v1/chat-messages, with agent steps (the key from --api-key-env)")
+    g.add_argument("--api", choices=("chat", "completions", "dify", "dify-workflow", "coze"), metavar="API",
+                   help="chat (default), completions; agent platforms: dify, dify-workflow, coze")
     g.add_argument("--api-key-env", type=env_name, metavar="VAR",
                    help="environment variable that holds the API key (the key itself is never shown or saved)")
     g.add_argument("-i", "--interval", type=_seconds, metavar="DURATION",
@@ -186,7 +186,7 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
         "With --probe agent, lpxtop sends one agent step every interval: a streamed\n"
         "tool call (call 1), the tool, and the streamed answer with the tool's result\n"
         "(call 2). It costs the watched server TWO CALLS PER INTERVAL (on top of the\n"
-        "chat probe's one with --probe chat,agent; one for --api dify).",
+        "chat probe's one with --probe chat,agent; one for an agent platform).",
     )
     a.add_argument("--probe", type=_probe_kinds, metavar="KINDS",
                    help="chat (default), agent, or chat,agent")
@@ -194,11 +194,13 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
                    help="call 1's tool_choice: required (default), auto, or the name of one tool")
     a.add_argument("--tools-file", metavar="FILE",
                    help="JSON tools (a list, or {\"tools\", \"prompt\", \"results\"}) instead of the built-in "
-                   "get_weather, search_docs, get_time")
+                   "three")
     a.add_argument("--tool-latency", type=_duration, metavar="DURATION",
                    help="how long the tool takes to run, e.g. 0ms (default), 250ms, 1.5s")
     a.add_argument("--chain-steps", type=_chain_steps, metavar="N",
                    help="steps in the chain whose p50/p95 budget is shown (default 5)")
+    a.add_argument("--bot-id", metavar="ID", help="the Coze bot to probe (--api coze)")
+    a.add_argument("--inputs-file", metavar="FILE", help="a Dify workflow's inputs, a JSON object")
     w = parser.add_argument_group("statistics")
     w.add_argument("--window", type=duration_between(1.0, 86_400.0), metavar="DURATION",
                    help="rolling window for percentiles (default 5m)")
@@ -300,7 +302,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         parser = ArgumentParser(
             prog="lpxtop demo",
             description="Open the dashboard on simulated inference servers that lpxtop runs itself on "
-            "127.0.0.1 (one also probed with agent steps, one a Dify agent app), with load that rises and falls "
+            "127.0.0.1 (one also probed with agent steps, one playing a Dify agent app, a Dify workflow and a Coze "
+            "bot), with load that rises and falls "
             "and a simulated GPU. No GPU, server or network needed. "
             "Press g in the dashboard to surge the load and provoke the warnings.",
             formatter_class=fmt,
@@ -320,7 +323,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         parser = ArgumentParser(
             prog="lpxtop sim",
             description="Run the simulated OpenAI-compatible inference server alone (vLLM-like batching, "
-            "queueing, KV cache, /metrics in vLLM's format, injectable faults).",
+            "queueing, KV cache, /metrics in vLLM's format, injectable faults). It also plays the agent "
+            "platforms: a Dify app (/v1/chat-messages), a Dify workflow (/v1/workflows/run) and a Coze bot "
+            "(/v3/chat).",
             formatter_class=fmt,
         )
         add_sim_arguments(parser)
@@ -377,6 +382,8 @@ def _endpoint_overrides(args: argparse.Namespace) -> dict:
         "tools_file": args.tools_file,
         "tool_latency_s": args.tool_latency,
         "chain_steps": args.chain_steps,
+        "bot_id": args.bot_id,
+        "inputs": read_inputs_file(args.inputs_file) if args.inputs_file else None,
     }
 
 

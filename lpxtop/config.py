@@ -17,7 +17,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from lpxtop.arguments import is_env_name
 from lpxtop.durations import DurationError, format_duration, parse_duration
-from lpxtop.model.endpoint import SECRET_PARAM, EndpointConfig
+from lpxtop.model.endpoint import PLATFORM_APIS, SECRET_PARAM, EndpointConfig
 from lpxtop.model.server import SERVER_KINDS
 from lpxtop.textsafe import register_secret
 
@@ -50,9 +50,14 @@ ENDPOINT_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
     "tools_file": ("tools_file", str),
     "tool_latency": ("tool_latency_s", (int, float, str)),
     "chain_steps": ("chain_steps", int),
+    # agent platforms (lpxtop/engine/agent/coze.py, difyworkflow.py)
+    "bot_id": ("bot_id", str),
+    "inputs": ("inputs", dict),
 }
 TOP_LEVEL_TABLES = ("endpoint", "defaults", "alerts", "ui", "engine", "exporter", "record", "otlp", "traces")
-API_KINDS = ("chat", "completions", "dify")
+API_KINDS = ("chat", "completions", *PLATFORM_APIS)
+MAX_BOT_ID_CHARS = 128
+MAX_INPUTS_BYTES = 1 << 20  # a workflow's inputs, as JSON
 PROBE_KINDS = ("chat", "agent")
 MAX_TOOL_LATENCY_S = 60.0
 MAX_CHAIN_STEPS = 50
@@ -81,24 +86,84 @@ def parse_duration_s(value: float | int | str) -> float:
 
 
 def settle_agent_settings(config: EndpointConfig) -> EndpointConfig:
-    """A Dify app is probed by agent steps alone; an agent probe's tools file and tool_choice must work.
+    """An agent platform (a Dify app or workflow, a Coze bot) is probed by agent steps alone, a Coze bot needs
+    its bot id; an agent probe's tools file and tool_choice must work.
 
     Raises ValueError with what to do. The tools file is read here so a mistake stops the start.
     """
-    if config.api == "dify":
+    if config.is_platform:
         if "chat" in config.probes and config.probes != ("chat",):
-            raise ValueError("api \"dify\" probes a Dify app with agent steps only: drop \"chat\" from probe")
+            raise ValueError(f"api \"{config.api}\" probes {_PLATFORM_NAMES[config.api]} with agent steps only: "
+                             "drop \"chat\" from probe")
         config = replace(config, probes=("agent",))
+        if config.api == "coze" and not config.bot_id:
+            raise ValueError("api \"coze\" needs the bot to probe: --bot-id ID (bot_id = \"...\" in the config "
+                             "file; the number at the end of the bot's URL in Coze)")
+    check_bot_id(config.bot_id)
     if "agent" not in config.probes:
         return config
     from lpxtop.engine.agent.tools import check_tool_choice, load_tool_set
 
     tools = load_tool_set(config.tools_file)
-    if config.api != "dify":
+    if not config.is_platform:
         check_tool_choice(config.tool_choice, tools)
     if not 1 <= config.chain_steps <= MAX_CHAIN_STEPS:
         raise ValueError(f"chain_steps must be between 1 and {MAX_CHAIN_STEPS}, got {config.chain_steps}")
     return config
+
+_PLATFORM_NAMES = {"dify": "a Dify app", "dify-workflow": "a Dify workflow", "coze": "a Coze bot"}
+
+
+def check_bot_id(bot_id: str | None) -> None:
+    """A Coze bot id: printable, without spaces, at most MAX_BOT_ID_CHARS characters; ValueError if not."""
+    if bot_id is None:
+        return
+    if not bot_id or len(bot_id) > MAX_BOT_ID_CHARS or not bot_id.isprintable() or any(c.isspace() for c in bot_id):
+        raise ValueError(f"a bot id is up to {MAX_BOT_ID_CHARS} printable characters without spaces "
+                         "(the number at the end of the bot's URL in Coze)")
+
+
+def workflow_inputs(value: object, where: str) -> tuple[tuple[str, object], ...]:
+    """A Dify workflow's inputs (a table, or a JSON object from --inputs-file) as the endpoint keeps them:
+    names to JSON values, no deeper than 64 levels, at most 1 MiB as JSON. ValueError saying what is wrong."""
+    import json
+
+    from lpxtop.engine.agent.schema import deeper_than
+
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be an object of the workflow's input names and values")
+    if deeper_than(value):
+        raise ValueError(f"{where} nests deeper than 64 levels")
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: a value is not JSON ({exc}); use strings, numbers, booleans, lists and "
+                         "tables") from None
+    if len(text.encode()) > MAX_INPUTS_BYTES:
+        raise ValueError(f"{where} is larger than {MAX_INPUTS_BYTES} bytes as JSON")
+    return tuple(json.loads(text).items())
+
+
+def read_inputs_file(path: str) -> tuple[tuple[str, object], ...]:
+    """--inputs-file: a JSON object of a Dify workflow's inputs. ConfigError saying what is wrong."""
+    import json
+
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_INPUTS_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"--inputs-file {path}: cannot read it: {exc.strerror or exc}") from None
+    if len(data) > MAX_INPUTS_BYTES:
+        raise ConfigError(f"--inputs-file {path}: larger than {MAX_INPUTS_BYTES} bytes")
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ConfigError(f"--inputs-file {path}: not JSON ({exc})") from None
+    try:
+        return workflow_inputs(value, f"--inputs-file {path}")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
 
 # Seconds: every number of seconds a user gives (file or flag) must be finite and in this range. NaN
 # or Infinity would pass a "> 0" test and then fail every probe; 1e300 would wait forever.
@@ -313,7 +378,7 @@ def load_config_file(path: str | Path) -> FileConfig:
         try:
             config = settle_agent_settings(EndpointConfig(**values))
         except ValueError as exc:
-            key = next((k for k in ("tools_file", "tool_choice", "probe", "api") if k in table), None)
+            key = next((k for k in ("tools_file", "tool_choice", "probe", "bot_id", "api") if k in table), None)
             raise ConfigError(f"{where(key)}: {exc}") from None
         endpoints.append(config)
     sections = {}
@@ -429,7 +494,18 @@ def _endpoint_fields(table: object, where, *, allow_identity: bool) -> dict:
                               "the key (such as \"OPENAI_API_KEY\"); this value is not a variable name (not shown: it "
                               "may be the key itself)")
         if key == "api" and value not in API_KINDS:
-            raise ConfigError(f"{where(key)}: key 'api' must be \"chat\", \"completions\" or \"dify\", got {value!r}")
+            raise ConfigError(f"{where(key)}: key 'api' must be one of {', '.join(map(json_quote, API_KINDS))}, "
+                              f"got {value!r}")
+        if key == "bot_id":
+            try:
+                check_bot_id(value)
+            except ValueError as exc:
+                raise ConfigError(f"{where(key)}: key 'bot_id': {exc}") from None
+        if key == "inputs":
+            try:
+                value = workflow_inputs(value, "key 'inputs'")
+            except ValueError as exc:
+                raise ConfigError(f"{where(key)}: {exc}") from None
         if key == "probe":
             try:
                 value = parse_probes(value)
@@ -473,6 +549,10 @@ def _endpoint_fields(table: object, where, *, allow_identity: bool) -> dict:
                 raise ConfigError(f"{where(key)}: {exc}") from None
         values[attr] = value
     return values
+
+
+def json_quote(text: str) -> str:
+    return f'"{text}"'
 
 
 def _type_name(types: type | tuple[type, ...]) -> str:

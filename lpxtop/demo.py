@@ -4,7 +4,9 @@ The servers are real HTTP on 127.0.0.1 (random free ports), run by lpxtop itself
 with a background load that rises and falls so the numbers move. `g` in the dashboard (or --surge)
 triples the load and makes the simulated GPU's memory climb, to show the early warnings.
 The second server is also probed with agent steps (a tool call, a 30 ms tool, the answer; now and then
-a bad tool call), and a third plays a Dify agent app (`api = "dify"`), so the agent view has data.
+a bad tool call), and a third plays the agent platforms: a Dify agent app (`api = "dify"`), a Dify
+workflow timed node by node (`api = "dify-workflow"`) and a Coze bot (`api = "coze"`), so the agent
+view has data for each.
 """
 
 from __future__ import annotations
@@ -41,10 +43,17 @@ def demo_sim_configs(surge: threading.Event) -> list[tuple[str, SimConfig]]:
     ]
 
 
-# How the demo probes each simulated server (beyond the interval): the agent steps' settings.
+# How the demo probes each simulated server (beyond the interval): the agent steps' settings, and more
+# endpoints on the same server (the sim serves every platform's API: lpxtop/sim/handlers.py).
 DEMO_PROBES: dict[str, dict] = {
     "vllm-sim-b": {"probes": ("chat", "agent"), "tool_latency_s": 0.03},
     "dify-app-sim": {"api": "dify", "probes": ("agent",)},
+}
+DEMO_MORE: dict[str, tuple[tuple[str, dict], ...]] = {
+    "dify-app-sim": (
+        ("dify-flow-sim", {"api": "dify-workflow", "probes": ("agent",), "inputs": (("query", "{prompt}"),)}),
+        ("coze-bot-sim", {"api": "coze", "probes": ("agent",), "bot_id": "7379462189365198898"}),
+    ),
 }
 
 
@@ -65,6 +74,9 @@ def start_demo(
             sims.append(handle)
             endpoints.append(EndpointConfig(name=name, url=normalize_url(handle.url), interval_s=interval_s,
                                             max_tokens=24, **DEMO_PROBES.get(name, {})))
+            for more, settings in DEMO_MORE.get(name, ()):
+                endpoints.append(EndpointConfig(name=more, url=normalize_url(handle.url), interval_s=interval_s,
+                                                max_tokens=24, **settings))
         gpu = SimulatedGpuCollector(kv_usage=lambda: max(h.server.kv_cache_usage for h in sims),
                                     surge_rate_bytes_s=gpu_surge_gib_s * 2**30)
 

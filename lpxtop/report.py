@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from lpxtop.model.agent import AgentView
+from lpxtop.model.endpoint import PLATFORM_APIS
 from lpxtop.model.energy import EndpointEnergy
 from lpxtop.model.probe import Percentiles
 from lpxtop.model.snapshot import EndpointView, GaugeSummary, ServerSummary, Snapshot
@@ -143,12 +145,30 @@ def _agent_table(snapshot: Snapshot) -> list[str]:
     if not rows:
         return []
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    lines = ["", "agent steps (call 1: tool call, the tool, call 2: answer; p50 in ms unless marked):"]
+    lines = ["", "agent steps (chat: call 1 tool call, the tool, call 2 answer; a platform: one request; p50 in ms "
+             "unless marked):"]
     lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     for e in snapshot.endpoints:
+        if e.agent is not None and e.agent.api in PLATFORM_APIS:
+            lines += _platform_lines(e.name, e.agent)
         if e.agent is not None and e.agent.last_error:
             lines.append(f"{e.name}: last agent error: {e.agent.last_error}")
+    return lines
+
+
+def _platform_lines(name: str, agent: AgentView) -> list[str]:
+    """An agent platform's own figures beside the client's, and a workflow's nodes (p50, ms)."""
+    lines = []
+    if agent.app_latency_ms is not None:
+        coarse = agent.app_latency_resolution_ms is not None
+        own = f"{agent.app_latency_ms.p50 / 1000:.0f} s (whole seconds)" if coarse else f"{_ms(agent.app_latency_ms)} ms"
+        extra = f", its model's TTFT {_ms(agent.app_ttft_ms)} ms" if agent.app_ttft_ms is not None else ""
+        lines.append(f"{name}: the platform's own time p50 {own}{extra}; the client's to its end "
+                     f"{_ms(agent.client_latency_ms)} ms")
+    if agent.nodes:
+        nodes = ", ".join(f"{printable(n.title)[:40]} {_ms(n.elapsed_ms)}/{_ms(n.seen_ms)}" for n in agent.nodes)
+        lines.append(f"{name}: nodes (p50 ms, platform/client): {nodes}")
     return lines
 
 

@@ -64,3 +64,57 @@ def agent_snapshot() -> Snapshot:
         agent=summarize(dify_steps, api="dify", chain_steps=3),
     )
     return replace(base, endpoints=(llama, *base.endpoints[1:], dify), seq=base.seq + 1)
+
+
+def _coze_step(i: int) -> AgentStep:
+    decision = 520.0 + 15 * (i % 4)
+    tool = 180.0 + 10 * (i % 3)
+    ttft = decision + tool + 240.0
+    e2e = ttft + 380.0 + 5 * (i % 5)
+    return AgentStep(
+        endpoint="coze-weather-bot", api="coze", wall_time=NOW - 2.0 * (30 - i), start_ns=i, tool_name="get_weather",
+        tool_calls=1, args_valid_json=True, time_to_tool_name_ms=decision, time_to_tool_call_ms=decision,
+        time_to_observation_ms=decision + tool, tool_ms=tool, answer_ttft_ms=ttft, answer_e2e_ms=e2e, step_ms=e2e,
+        client_latency_ms=e2e + 30.0, app_latency_ms=1000.0 if i % 3 else 2000.0, app_latency_resolution_ms=1000.0,
+        input_tokens=614, output_tokens=19 + i % 4, total_tokens=633 + i % 4,
+    )
+
+
+def _workflow_step(i: int) -> AgentStep:
+    from lpxtop.model.platform import AgentNode
+
+    offsets = (5.0, 6.0, 450.0 + 10 * (i % 3), 600.0 + 10 * (i % 3), 1180.0 + 10 * (i % 3))
+    seen = (0.4, 444.0 + 10 * (i % 3), 150.0, 580.0, 0.3)
+    own = (0.2, 430.0 + 10 * (i % 3), 141.0, 566.0, 0.1)
+    titles = (("Start", "start"), ("Decide", "llm"), ("Weather API", "tool"), ("Answer", "llm"), ("End", "end"))
+    nodes = tuple(AgentNode(title=t, node_type=k, node_id=f"17170000000{n}", status="succeeded", start_ms=o,
+                            seen_ms=s, elapsed_ms=e) for n, ((t, k), o, s, e) in enumerate(zip(titles, offsets, seen, own)))
+    end = offsets[-1] + 2.0
+    return AgentStep(
+        endpoint="dify-weather-flow", api="dify-workflow", wall_time=NOW - 2.0 * (30 - i), start_ns=i,
+        tool_name="Weather API", tool_calls=1, time_to_tool_name_ms=offsets[2], time_to_tool_call_ms=offsets[2],
+        time_to_observation_ms=offsets[2] + seen[2], tool_ms=seen[2], answer_ttft_ms=offsets[3] + 190.0,
+        answer_e2e_ms=offsets[3] + seen[3], step_ms=end, client_latency_ms=end, app_latency_ms=end - 12.0,
+        total_tokens=410, nodes=nodes,
+    )
+
+
+def _agent_only(name: str, url: str, api: str, agent, **config) -> EndpointView:
+    return EndpointView(
+        config=EndpointConfig(name=name, url=url, api=api, probes=("agent",), api_key_env="PLATFORM_KEY", **config),
+        status="up", model=None, server_kind="unknown", probes_sent=0, probes_ok=0, probes_failed=0, errors={},
+        ttft_ms=None, itl_ms=None, tpot_ms=None, e2e_ms=None, output_tokens_per_s=None, output_tokens=None,
+        output_tokens_approx=False, last_error=None, last_error_time=None, samples=(), agent=agent,
+    )
+
+
+def platform_snapshot() -> Snapshot:
+    """The agent snapshot with a Coze bot and a Dify workflow beside its Dify app."""
+    base = agent_snapshot()
+    coze = _agent_only("coze-weather-bot", "https://api.coze.com/v1", "coze",
+                       summarize(tuple(_coze_step(i) for i in range(30)), api="coze", chain_steps=3),
+                       bot_id="7379462189365198898")
+    flow = _agent_only("dify-weather-flow", "http://127.0.0.1:5001/v1", "dify-workflow",
+                       summarize(tuple(_workflow_step(i) for i in range(30)), api="dify-workflow", chain_steps=3),
+                       inputs=(("query", "{prompt}"),))
+    return replace(base, endpoints=(*base.endpoints, coze, flow), seq=base.seq + 1)

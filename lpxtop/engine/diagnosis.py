@@ -127,6 +127,12 @@ def _wrong_path(endpoint: EndpointConfig, request: str | None, said: str | None)
     what = f"GET {path}/models" if request == MODELS_REQUEST else f"POST {path}{_api_route(endpoint)}"
     tail = f" (the server said: {said})" if said else ""
     origin = _origin(endpoint.url)
+    if endpoint.api == "coze":
+        return (f"POST {origin}{_coze_path(path)}/v3/chat: is this a Coze API host? (https://api.coze.com, "
+                f"https://api.coze.cn or a Coze Studio host; lpxtop adds /v3/chat){tail}")
+    if endpoint.is_platform:
+        return (f"{what}: is this Dify's service API? (its base URL ends in /v1, e.g. https://api.dify.ai/v1; "
+                f"--api dify for an app, dify-workflow for a workflow){tail}")
     if path.rstrip("/") != "/v1":
         return (f"{what}: try {origin}/v1 — the base URL is probably wrong (OpenAI-compatible servers serve "
                 f"/v1){tail}")
@@ -136,8 +142,16 @@ def _wrong_path(endpoint: EndpointConfig, request: str | None, said: str | None)
     return f"{what}: is this the server's OpenAI-compatible API? (--api completions for /v1/completions){tail}"
 
 
+def _coze_path(path: str) -> str:
+    for suffix in ("/v3/chat", "/v3", "/v1"):
+        if path.endswith(suffix):
+            return path[: -len(suffix)]
+    return path
+
+
 def _api_route(endpoint: EndpointConfig) -> str:
-    return {"completions": "/completions", "dify": "/chat-messages"}.get(endpoint.api, "/chat/completions")
+    return {"completions": "/completions", "dify": "/chat-messages", "dify-workflow": "/workflows/run",
+            "coze": "/v3/chat"}.get(endpoint.api, "/chat/completions")
 
 
 def _scheme(url: str) -> str:

@@ -699,12 +699,12 @@ class Engine:
         try:
             model: str | None = None
             error: str | None = None
-            if state.config.api != "dify":  # a Dify app has no /v1/models; its model is the app's business
+            if not state.config.is_platform:  # an agent platform has no /v1/models; its model is its business
                 model, error = await self._resolve_model(state, client)
             prober.in_flight = True
             state.changed()
             self._dirty = True
-            if state.config.api != "dify" and model is None and error is not None:
+            if not state.config.is_platform and model is None and error is not None:
                 step = prober.failed(error)
             else:
                 step, late = await self._watch_lateness(state, lambda: prober.step(client, model))

@@ -150,7 +150,8 @@ HISTOGRAM_HELP = {
     "tpot": "Time per output token of each probe: (E2E - TTFT) / (output tokens - 1).",
     "e2e": "End-to-end latency of lpxtop's probes: the last token-bearing event minus the send.",
     "agent_step": "One agent step of lpxtop's agent probe (--probe agent): call 1's send to the answer's last "
-                  "token, the tool's time included (a Dify app: the request to its last token).",
+                  "token, the tool's time included (an agent platform: the request to its answer's last token; a "
+                  "Dify workflow: to workflow_finished).",
     "agent_tool_call": "Time to tool call of lpxtop's agent steps: call 1's send to the last fragment of the "
-                       "tool call's arguments (a Dify app: to its tool decision).",
+                       "tool call's arguments (an agent platform: to its tool decision).",
 }

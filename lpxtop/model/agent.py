@@ -1,8 +1,10 @@
 """One agent step's measurement, and its summary over a window (the agent part of an endpoint's view).
 
 An agent step is what one turn of a tool-using agent costs: call 1 (the model streams a tool call), the
-tool (run by lpxtop, with a configured latency), call 2 (the model answers with the tool's result). For a
-Dify app (`api = "dify"`) the whole step is one streamed request to the app, which calls its own tools.
+tool (run by lpxtop, with a configured latency), call 2 (the model answers with the tool's result). For an
+agent platform (a Dify app, a Dify workflow, a Coze bot: `lpxtop.model.endpoint.PLATFORM_APIS`) the whole
+step is one streamed request to the platform, which calls its own model and tools; a Dify workflow's (and
+chatflow's) nodes are timed one by one (`lpxtop.model.platform`).
 
 Every time is in milliseconds, taken like the chat probe's (at byte arrival, on the engine's loop): the
 times of call 1 count from call 1's send, those of call 2 from call 2's send, and `step_ms` from call 1's
@@ -15,10 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lpxtop.model.endpoint import PLATFORM_APIS
+from lpxtop.model.platform import AgentNode, NodeSummary
 from lpxtop.model.probe import Percentiles
 
 # The model answered, but not as an agent needs: counted and shown, yet the endpoint is up.
-BEHAVIOUR_KINDS = ("no_tool_call", "bad_tool_args", "tool_args_schema", "unknown_tool")
+# `requires_action`: a Coze bot stopped for a tool its client must run (a client-side plugin); lpxtop runs none.
+BEHAVIOUR_KINDS = ("no_tool_call", "bad_tool_args", "tool_args_schema", "unknown_tool", "requires_action")
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,7 @@ class CallTrace:
 
 @dataclass(frozen=True)
 class AgentStep:
-    """One agent step: two measured calls and a tool in between (or one Dify request).
+    """One agent step: two measured calls and a tool in between (or one request to an agent platform).
 
     `error_kind` is None for a step that went as it should: a tool call whose arguments are valid JSON and
     valid against the tool's schema, then an answer. Otherwise a transport class of the chat probe
@@ -51,7 +56,7 @@ class AgentStep:
     """
 
     endpoint: str
-    api: str  # "chat" (an OpenAI-compatible server) or "dify"
+    api: str  # "chat" (an OpenAI-compatible server), or a platform: "dify", "dify-workflow", "coze"
     wall_time: float
     start_ns: int  # perf_counter_ns just before call 1 was sent
     error_kind: str | None = None
@@ -69,17 +74,27 @@ class AgentStep:
     call1_e2e_ms: float | None = None
     tool_ms: float | None = None
     call2_start_ms: float | None = None  # when call 2 was sent, from call 1's send
-    answer_ttft_ms: float | None = None  # call 2's TTFT (from call 2's send; Dify: from the request)
-    answer_e2e_ms: float | None = None  # call 2's last token (from call 2's send; Dify: from the request)
+    answer_ttft_ms: float | None = None  # call 2's TTFT (from call 2's send; a platform: from the request)
+    answer_e2e_ms: float | None = None  # call 2's last token (from call 2's send; a platform: from the request)
     step_ms: float | None = None
     call1_response_id: str | None = None
     call2_response_id: str | None = None
-    # Dify only
-    time_to_observation_ms: float | None = None  # the app's tool returned (its observation arrived)
-    app_latency_ms: float | None = None  # message_end's metadata.usage.latency: the app's own figure
-    client_latency_ms: float | None = None  # message_end's arrival at lpxtop
+    # Agent platforms only (PLATFORM_APIS)
+    time_to_observation_ms: float | None = None  # the platform's tool returned (Dify: observation; Coze: tool_response)
+    # The platform's own time for the step: Dify app message_end's metadata.usage.latency, a workflow's
+    # workflow_finished elapsed_time, a Coze chat's completed_at - created_at (whole seconds)
+    app_latency_ms: float | None = None
+    app_latency_resolution_ms: float | None = None  # how coarse app_latency_ms is (Coze: 1000); None: fine
+    client_latency_ms: float | None = None  # the arrival at lpxtop of the event that carries app_latency_ms
+    app_ttft_ms: float | None = None  # Dify's own TTFT of its (last) model call: message_end usage time_to_first_token
+    app_generate_ms: float | None = None  # ... and its generation time: usage time_to_generate
+    input_tokens: int | None = None  # from the platform's usage, where it sends one
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    nodes: tuple[AgentNode, ...] = ()  # a Dify workflow's or chatflow's node runs, in the order they started
+    nodes_left_out: int = 0  # node runs past lpxtop.model.platform.MAX_NODES
     client_limited: bool = False  # lpxtop itself was late while the step ran (engine/probe/clientlimit.py), as for probes
-    # The requests sent, in order (call 1, then call 2; Dify: its one request): trace context and send time
+    # The requests sent, in order (call 1, then call 2; a platform: its one request): trace context and send time
     calls: tuple[CallTrace, ...] = ()
 
     @property
@@ -104,13 +119,13 @@ class AgentStep:
         prefill: both calls' TTFT (queueing, prefill, and the network and HTTP front end on the way in);
         decode: first to last token of both calls; tool: the tool's run; outside: the rest of the step,
         time in no call's stream and not in the tool (the end of call 1's stream after its last token,
-        building and sending call 2). Dify: until the tool decision, the app's tool, the answer's TTFT
+        building and sending call 2). A platform: until the tool decision, the platform's tool, the answer's TTFT
         and decode after the observation, and the client's time beyond the app's own latency.
         """
         if self.step_ms is None:
             return None
-        if self.api == "dify":
-            return _dify_segments(self)
+        if self.api in PLATFORM_APIS:
+            return _platform_segments(self)
         parts = (self.call1_ttft_ms, self.call1_e2e_ms, self.answer_ttft_ms, self.answer_e2e_ms, self.tool_ms)
         if any(p is None for p in parts):
             return None
@@ -121,7 +136,7 @@ class AgentStep:
                 "outside": max(0.0, self.step_ms - prefill - decode - tool)}
 
 
-def _dify_segments(step: AgentStep) -> dict[str, float] | None:
+def _platform_segments(step: AgentStep) -> dict[str, float] | None:
     decision, observation = step.time_to_tool_name_ms, step.time_to_observation_ms
     ttft, e2e = step.answer_ttft_ms, step.answer_e2e_ms
     if ttft is None or e2e is None:
@@ -134,7 +149,8 @@ def _dify_segments(step: AgentStep) -> dict[str, float] | None:
         "tool": max(0.0, observation - decision),
     }
     outside = 0.0
-    if step.app_latency_ms is not None and step.client_latency_ms is not None:
+    # a platform figure in whole seconds (Coze) says nothing about milliseconds outside it
+    if step.app_latency_ms is not None and step.client_latency_ms is not None and step.app_latency_resolution_ms is None:
         outside = max(0.0, step.client_latency_ms - step.app_latency_ms)
     segments["outside"] = outside
     return segments
@@ -199,6 +215,12 @@ class AgentView:
     app_latency_ms: Percentiles | None = None
     client_latency_ms: Percentiles | None = None
     in_flight: bool = False
+    app_ttft_ms: Percentiles | None = None
+    app_generate_ms: Percentiles | None = None
+    app_latency_resolution_ms: float | None = None  # the coarsest of the window's steps (Coze: 1000)
+    output_tokens: Percentiles | None = None
+    total_tokens: Percentiles | None = None
+    nodes: tuple[NodeSummary, ...] = ()  # a Dify workflow's or chatflow's nodes, in execution order
     steps_client_limited: int = 0  # steps during which lpxtop itself was late: left out of the times by default
     # the times count client-limited steps (asked for, or no other step with times was in the window)
     percentiles_with_client_limited: bool = False
@@ -233,10 +255,16 @@ class AgentView:
             "breakdown_ms": {k: round(v, 3) for k, v in self.breakdown_ms.items()},
             "last_error": self.last_error,
         }
-        if self.api == "dify":
+        if self.api in PLATFORM_APIS:
             data["time_to_observation_ms"] = p(self.time_to_observation_ms)
             data["app_latency_ms"] = p(self.app_latency_ms)
+            data["app_latency_resolution_ms"] = self.app_latency_resolution_ms
             data["client_latency_ms"] = p(self.client_latency_ms)
+            data["app_ttft_ms"] = p(self.app_ttft_ms)
+            data["app_generate_ms"] = p(self.app_generate_ms)
+            data["output_tokens"] = p(self.output_tokens)
+            data["total_tokens"] = p(self.total_tokens)
+            data["nodes"] = [node.to_json() for node in self.nodes]
         return data
 
 

@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 DEFAULT_PROMPT = "Write one short sentence about the sea."
+# APIs of agent platforms: one request per agent step, the platform runs the model calls and tools itself
+# (lpxtop/engine/agent/dify.py, difyworkflow.py, coze.py). Probed by agent steps only.
+PLATFORM_APIS = ("dify", "dify-workflow", "coze")
 # Query parameters whose value is a credential (Gemini's `key=`, signed URLs' `sig=`).
 SECRET_PARAM = re.compile(r"(?i)(^|[-_])(key|token|secret|sig|signature|password|auth)$")
 
@@ -23,7 +26,9 @@ class EndpointConfig:
     name: str
     url: str
     model: str | None = None
-    api: str = "chat"  # "chat" -> /chat/completions, "completions" -> /completions, "dify" -> a Dify app
+    # "chat" -> /chat/completions, "completions" -> /completions; agent platforms (PLATFORM_APIS): "dify" -> a
+    # Dify app's /chat-messages, "dify-workflow" -> a Dify workflow's /workflows/run, "coze" -> a Coze bot's /v3/chat
+    api: str = "chat"
     api_key_env: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
     interval_s: float = 2.0
@@ -50,6 +55,14 @@ class EndpointConfig:
     # Extra top-level fields of the request body, e.g. (("ignore_eos", True),) so a load test's output
     # length is fixed on servers that honour it (vLLM, llama.cpp). Values are JSON values.
     extra_body: tuple[tuple[str, object], ...] = ()
+    bot_id: str | None = None  # a Coze bot (api "coze")
+    # A Dify workflow's `inputs` (api "dify-workflow"): its Start node's variables. Values are JSON values.
+    inputs: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def is_platform(self) -> bool:
+        """An agent platform (a Dify app or workflow, a Coze bot): one request per step, no /v1/models."""
+        return self.api in PLATFORM_APIS
 
     @property
     def origin(self) -> str:
@@ -106,4 +119,7 @@ class EndpointConfig:
             "probes": list(self.probes),
             **({"tool_choice": self.tool_choice, "tools_file": self.tools_file, "tool_latency_s": self.tool_latency_s,
                 "chain_steps": self.chain_steps} if "agent" in self.probes else {}),
+            **({"bot_id": self.bot_id} if self.api == "coze" else {}),
+            # the inputs' names only: their values are the user's data
+            **({"inputs": sorted(k for k, _ in self.inputs)} if self.api == "dify-workflow" else {}),
         }

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lpxtop.model.agent import AgentStep
-from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.model.endpoint import PLATFORM_APIS, EndpointConfig
 from lpxtop.model.probe import Sample
 from lpxtop.model.snapshot import Snapshot
 from lpxtop.otel import semconv as sc
@@ -125,7 +125,7 @@ class Measures:
             tool = {sc.OPERATION: sc.EXECUTE_TOOL, sc.TOOL_NAME: step.tool_name, **limited}
             agg.record(d["tool_duration"], step.tool_ms / 1000.0, attrs_key(tool), now_ns)
         error = {sc.ERROR_TYPE: step.error_kind} if not step.ok else {}
-        if step.api == "dify":  # one request to an agent that runs elsewhere: a client operation
+        if step.api in PLATFORM_APIS:  # one request to an agent that runs elsewhere: a client operation
             attrs = {**info.operation_attrs(sc.INVOKE_AGENT), **error, **limited}
             if step.step_ms is not None:
                 agg.record(d["operation_duration"], step.step_ms / 1000.0, attrs_key(attrs), now_ns)

@@ -91,10 +91,12 @@ def operation_for(api: str) -> str:
 def provider_for(server_kind: str | None, api: str = "chat") -> str:
     """`gen_ai.provider.name`: the conventions' well-known `openai` for OpenAI itself; otherwise the server
     lpxtop detected (`vllm`, `sglang`, `tgi`, `llamacpp`, `triton`, `lmdeploy`, `ollama`), `dify` for a Dify
-    app, `unknown` before detection: values of lpxtop's own, as the conventions allow for providers they do
+    app or workflow, `coze` for a Coze bot, `unknown` before detection: values of lpxtop's own, as the conventions allow for providers they do
     not list (an OpenAI-compatible server is not OpenAI)."""
-    if api == "dify":
+    if api in ("dify", "dify-workflow"):
         return "dify"
+    if api == "coze":
+        return "coze"
     return server_kind or "unknown"
 
 

@@ -16,8 +16,9 @@ Span shapes (the GenAI conventions v1.41.0, gen-ai-spans.md and gen-ai-agent-spa
   probe / load request   CLIENT `chat {model}` (or `text_completion {model}`), event `lpxtop.first_token`
   agent step (OpenAI)    INTERNAL `invoke_agent lpxtop` (lpxtop runs the agent loop itself), children
                          CLIENT `chat {model}` (call 1), INTERNAL `execute_tool {tool}`, CLIENT `chat {model}`
-  agent step (Dify app)  CLIENT `invoke_agent` (the agent runs in Dify), child INTERNAL `execute_tool {tool}`
-                         spanning the tool decision to its observation as the stream showed them
+  agent step (a platform: Dify app or workflow, Coze bot)  CLIENT `invoke_agent` (the agent runs there),
+                         child INTERNAL `execute_tool {tool}` spanning the tool decision to its result as
+                         the stream showed them
 An agent call whose traceparent started a trace of its own is a root span in that trace, linked both ways
 with the step's `invoke_agent` span.
 """
@@ -33,6 +34,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from lpxtop.model.agent import AgentStep
+from lpxtop.model.endpoint import PLATFORM_APIS
 from lpxtop.model.probe import Sample
 from lpxtop.otel import semconv as sc
 from lpxtop.otel.measures import EndpointInfo, request_duration_ms
@@ -146,7 +148,7 @@ class SpanBuilder:
     # ---- one agent step ----
 
     def agent_step(self, step: AgentStep, info: EndpointInfo) -> list[ReadableSpan]:
-        if step.api == "dify":
+        if step.api in PLATFORM_APIS:
             return self._dify_step(step, info)
         start = start_wall_ns(step)
         own = step_ids(step)

@@ -93,7 +93,8 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--dify-tool-latency-ms", type=float, default=d.dify_tool_latency_ms,
-        help="how long the simulated Dify app's tool takes, ms (POST /v1/chat-messages) (default: %(default)s)",
+        help="how long the simulated platforms' tool takes, ms: the Dify app's (POST /v1/chat-messages), the Dify "
+        "workflow's Tool node (POST /v1/workflows/run) and the Coze bot's plugin (POST /v3/chat) (default: %(default)s)",
     )  # fmt: skip
     parser.add_argument(
         "--otlp-traces-endpoint", default=None, metavar="URL",

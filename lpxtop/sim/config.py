@@ -67,7 +67,8 @@ class SimConfig:
     prefix_block_tokens: int = 16
     max_records: int = 10_000
     version: str = "0.32.0"
-    # Tool calls and the Dify app (lpxtop/sim/tools.py, lpxtop/sim/dify.py)
+    # Tool calls and the agent platforms (lpxtop/sim/tools.py; the Dify app, the Dify workflow and the Coze
+    # bot, lpxtop/sim/dify.py, difyworkflow.py, coze.py, share the three dify_* settings)
     tool_call_shape: str = "vllm"  # how tool-call deltas look; see sim/tools.py
     tool_chars_per_token: int = 4  # characters of a call's arguments per streamed chunk
     tool_fault_rate: float = 0.0  # share of tool calls given a random tool fault
@@ -113,8 +114,8 @@ class SimConfig:
             raise ValueError("role_chunk_at must be 'received', 'admitted' or 'first_token'")
         if self.tool_call_shape not in TOOL_CALL_SHAPES:
             raise ValueError(f"tool_call_shape must be one of {', '.join(TOOL_CALL_SHAPES)}")
-        if self.tool_fault is not None and self.tool_fault not in TOOL_FAULTS:
-            raise ValueError(f"tool_fault must be one of {', '.join(TOOL_FAULTS)}")
+        if self.tool_fault is not None and self.tool_fault not in (*TOOL_FAULTS, "requires_action"):
+            raise ValueError(f"tool_fault must be one of {', '.join(TOOL_FAULTS)}, requires_action")
         if not 0.0 <= self.tool_fault_rate <= 1.0:
             raise ValueError("tool_fault_rate must be between 0 and 1")
         if self.tool_chars_per_token < 1 or self.dify_decision_tokens < 1 or self.dify_answer_tokens < 1:

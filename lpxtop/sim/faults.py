@@ -15,7 +15,11 @@ What each one does on the wire (generation requests, /v1/chat/completions and /v
 - bad_json: one malformed `data:` line is sent right before the first content chunk.
 - empty: the request finishes ("stop") without any token: a finish-only chunk (`delta: {}`).
 - slow_headers_s: the response headers (or error) are sent that many seconds late.
-- tool_fault: "no_tool_call", "bad_tool_args" or "tool_args_schema" for a request with tools (sim/tools.py).
+- tool_fault: "no_tool_call", "bad_tool_args" or "tool_args_schema" for a request with tools (sim/tools.py);
+  "requires_action" for the simulated Coze bot (its tool is a client-side plugin, sim/coze.py).
+
+The simulated agent platforms (sim/dify.py, sim/difyworkflow.py, sim/coze.py) say in their docstrings
+what each fault does to them.
 
 `count=N` on set() makes the given faults apply to the next N generation requests only, on top of the
 standing ones; this is how a test makes exactly one request faulty.
@@ -73,6 +77,7 @@ class Faults:
 
 
 FAULT_NAMES = tuple(f.name for f in dataclasses.fields(Faults))
+PLATFORM_TOOL_FAULTS = ("requires_action",)  # the Coze bot's only (an OpenAI-style request ignores it)
 _OPTIONAL_INT = ("cut_after_tokens", "stall_after_tokens", "error_event_after_tokens")
 _FLOATS = ("fail_rate", "stall_s", "first_token_delay_ms", "slow_headers_s")
 _BOOLS = ("rate_limit", "forbidden", "bad_json", "empty")
@@ -98,8 +103,10 @@ def validate_faults(values: dict[str, Any]) -> dict[str, Any]:
                 raise ValueError(f"{name} must be true or false")
         elif name == "api_key" and value is not None and (not isinstance(value, str) or not value):
             raise ValueError("api_key must be a non-empty string or null")
-        elif name == "tool_fault" and value is not None and value not in TOOL_FAULTS:
-            raise ValueError(f"tool_fault must be one of {', '.join(TOOL_FAULTS)} or null")
+        elif name == "tool_fault" and value is not None:
+            known = (*TOOL_FAULTS, *PLATFORM_TOOL_FAULTS)
+            if value not in known:
+                raise ValueError(f"tool_fault must be one of {', '.join(known)} or null")
         clean[name] = value
     return clean
 

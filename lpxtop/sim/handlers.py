@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from lpxtop.sim.coze import CozeBot
 from lpxtop.sim.dify import DifyApp
+from lpxtop.sim.difyworkflow import DifyWorkflow
 from lpxtop.sim.engine import SimRequest
 from lpxtop.sim.faults import Faults
 from lpxtop.sim.metrics import METRICS_CONTENT_TYPE
@@ -75,6 +77,8 @@ class SimHandlers:
             web.get("/sim/state", self.state),
             web.get("/sim/records/{response_id}", self.record),
             web.post("/v1/chat-messages", DifyApp(self.server).chat_messages),  # a Dify agent app (sim/dify.py)
+            web.post("/v1/workflows/run", DifyWorkflow(self.server).run),  # a Dify workflow (sim/difyworkflow.py)
+            web.post("/v3/chat", CozeBot(self.server).chat),  # a Coze bot (sim/coze.py)
         ]
 
     async def health(self, request: web.Request) -> web.Response:

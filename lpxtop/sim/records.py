@@ -37,7 +37,7 @@ class SimRecord:
 
     response_id: str
     model: str
-    api: str  # "chat" | "completions"
+    api: str  # "chat" | "completions" | "dify" | "dify-workflow" | "coze"
     stream: bool
     t_received_ns: int
     status: int = 200
@@ -57,6 +57,11 @@ class SimRecord:
     server_ttft_ms: float | None = None
     server_e2e_ms: float | None = None
     trace_id: str | None = None  # from the request's traceparent (None: none, or invalid)
+    # An agent platform's own figures as it sent them (a Dify app's usage latency, time_to_first_token and
+    # time_to_generate; a workflow's elapsed_time; a Coze chat's created_at and completed_at), and a
+    # workflow's nodes: {"title", "node_type", "node_id", "started_ns", "finished_ns", "elapsed_s", "status"}
+    app: dict = field(default_factory=dict)
+    nodes: list[dict] = field(default_factory=list)
 
     @property
     def tokens_sent(self) -> int:
@@ -89,6 +94,8 @@ class SimRecord:
             "server_ttft_ms": self.server_ttft_ms,
             "server_e2e_ms": self.server_e2e_ms,
             "trace_id": self.trace_id,
+            "app": dict(self.app),
+            "nodes": [dict(n) for n in self.nodes],
         }
 
 

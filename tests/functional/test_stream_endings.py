@@ -2,9 +2,11 @@
 one classification per ending, whichever path read it.
 
 The paths: the chat probe, the completions probe, an agent step's call 1 (the tool call) and call 2
-(the answer), a Dify app step, and one load-test step's requests. Each path's stream is written in its
-own dialect (chat chunks, completion chunks, tool-call deltas, Dify events); the ending is the same
-fault in each. A fault a dialect cannot carry (a Dify stream has no finish_reason) is not run there.
+(the answer), a Dify app step, a Dify workflow step, a Coze bot step, and one load-test step's requests.
+Each path's stream is written in its own dialect (chat chunks, completion chunks, tool-call deltas, Dify
+app events, Dify workflow events, Coze events); the ending is the same fault in each. A fault a dialect
+cannot carry (a Dify or Coze stream has no finish_reason) is not run there. Every request runs under
+the same short limits (TIMEOUTS), so an ending that never ends is bounded and classified by them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from lpxtop.engine.agent.coze import run_coze_step
 from lpxtop.engine.agent.dify import run_dify_step
+from lpxtop.engine.agent.difyworkflow import run_dify_workflow_step
 from lpxtop.engine.agent.step import run_agent_step
 from lpxtop.engine.agent.tools import ToolSet
 from lpxtop.engine.probe import run_probe
@@ -32,6 +36,9 @@ pytestmark = pytest.mark.timeout(60)
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 ERROR = {"message": "the engine is overloaded", "type": "server_error"}
 DONE = b"data: [DONE]\n\n"
+TIMEOUTS = {"first_token_timeout_s": 0.5, "timeout_s": 1.5}  # every path's limits here
+HOLD_S = 2.5  # a stream that stalls is held open past the whole request's limit
+SSE_COMMENT = b": keep-alive\n\n"
 
 
 def event(obj: dict, name: str | None = None) -> bytes:
@@ -48,6 +55,8 @@ class Dialect:
     error_beside_answer: bytes  # an answer piece that carries an error object too
     end: list[bytes]  # what ends a good stream, the last piece being the end marker
     body: dict  # the same answer as one JSON document (the API's non-streamed answer)
+    marker: bytes = b"[DONE]"  # the end marker in the last piece of `end`
+    keepalive: bytes = SSE_COMMENT  # what the API sends to keep a quiet stream open
 
 
 def chat_chunk(delta: dict, finish: str | None = None, **extra) -> bytes:
@@ -116,13 +125,74 @@ DIFY = Dialect(
     end=[event({"event": "message_end", "message_id": "m1", "metadata": {"usage": {"latency": 0.01}}})],
     body={"event": "message", "message_id": "m1", "conversation_id": "c1", "answer": "It rains.",
           "metadata": {"usage": {"latency": 0.01}}},
+    marker=b"message_end",
+    keepalive=b"event: ping\n\n",
+)
+
+
+def workflow_event(kind: str, **data) -> bytes:
+    return event({"event": kind, "task_id": "t1", "workflow_run_id": "r1", "data": data})
+
+
+def node(kind: str, run_id: str, title: str, node_type: str, **finished) -> bytes:
+    return workflow_event(kind, id=run_id, node_id=f"n-{run_id}", title=title, node_type=node_type, index=1, **finished)
+
+
+DIFY_WORKFLOW = Dialect(
+    "dify workflow",
+    opening=lambda: [
+        workflow_event("workflow_started", id="r1", workflow_id="w1", sequence_number=1, created_at=1),
+        node("node_started", "x1", "Weather", "tool"),
+        node("node_finished", "x1", "Weather", "tool", status="succeeded", elapsed_time=0.012),
+        node("node_started", "x2", "Answer", "llm"),  # never finishes unless the stream goes on
+        workflow_event("text_chunk", text="It"),
+        workflow_event("text_chunk", text=" rains."),
+    ],
+    finish=None,
+    error_beside_answer=event({"event": "text_chunk", "workflow_run_id": "r1", "data": {"text": "!"}, "error": ERROR}),
+    end=[node("node_finished", "x2", "Answer", "llm", status="succeeded", elapsed_time=0.02),
+         workflow_event("workflow_finished", id="r1", status="succeeded", elapsed_time=0.05, total_tokens=9)],
+    body={"workflow_run_id": "r1", "task_id": "t1", "data": {"id": "r1", "status": "succeeded",
+                                                             "outputs": {"text": "It rains."}, "elapsed_time": 0.05}},
+    marker=b"workflow_finished",
+    keepalive=b"event: ping\n\n",
+)
+
+
+def coze(name: str, obj: dict) -> bytes:
+    return event(obj, name)
+
+
+def coze_message(kind: str, content: str, **extra) -> dict:
+    return {"id": "m1", "conversation_id": "c1", "bot_id": "b1", "chat_id": "7", "role": "assistant", "type": kind,
+            "content": content, "content_type": "text", **extra}
+
+
+COZE_CHAT = {"id": "7", "conversation_id": "c1", "bot_id": "b1", "created_at": 1, "status": "in_progress"}
+COZE = Dialect(
+    "coze",
+    opening=lambda: [
+        coze("conversation.chat.created", {**COZE_CHAT, "status": "created"}),
+        coze("conversation.message.completed",
+             coze_message("function_call", json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}}))),
+        coze("conversation.message.completed", coze_message("tool_response", '{"temperature": 18}')),
+        coze("conversation.message.delta", coze_message("answer", "It")),
+        coze("conversation.message.delta", coze_message("answer", " rains.")),
+    ],
+    finish=None,
+    error_beside_answer=coze("conversation.message.delta", coze_message("answer", "!", error=ERROR)),
+    end=[coze("conversation.chat.completed", {**COZE_CHAT, "status": "completed", "completed_at": 2,
+                                              "usage": {"token_count": 9, "output_count": 3, "input_count": 6}}),
+         b'event: done\ndata: "[DONE]"\n\n'],
+    body={"code": 0, "msg": "", "data": {**COZE_CHAT, "status": "in_progress"}},
+    marker=b"done",
 )
 
 
 def split_end(dialect: Dialect) -> list[bytes]:
     """The good end with its end marker split across two reads, inside the marker."""
     *rest, last = dialect.end
-    marker = b"[DONE]" if last == DONE else b"message_end"
+    marker = dialect.marker
     at = last.index(marker) + len(marker) // 2
     return [*rest, last[:at], last[at:]]
 
@@ -145,11 +215,21 @@ ENDINGS: dict[str, tuple[str | None, Callable[[Dialect], list[bytes] | None], st
     "cut stream (body ends)": ("stream_cut", lambda d: d.opening(), "chunked"),
     "cut stream (connection drops)": ("stream_cut", lambda d: d.opening(), "cut"),
     "end marker split across reads": (None, lambda d: [*d.opening(), *split_end(d)], "chunked"),
+    # quiet streams, bounded by the limits (TIMEOUTS): keep-alives and nothing else, or a stall mid-answer
+    # (a Dify workflow's Answer node that never finishes)
+    "keep-alives only": ("first_token_timeout", lambda d: [d.keepalive] * 3, "hold"),
+    "stall after the first tokens": ("read_timeout", lambda d: [*d.opening(), d.keepalive], "hold"),
+    "malformed data: line": ("bad_json", lambda d: [*d.opening(), b"data: {\"event\": \"text_chunk\", \n\n", *d.end],
+                             "chunked"),
+    "data: line over 4 MiB": ("bad_json", lambda d: [*d.opening(), b"data: " + b"x" * (4 * 1024 * 1024 + 16), *d.end],
+                              "chunked"),
 }
 
 
 def reply_of(pieces: list[bytes], framing: str) -> Reply:
     headers = {"Content-Type": "application/json" if framing == "length" else "text/event-stream"}
+    if framing == "hold":  # the pieces, a little apart, then the connection held open with the body unfinished
+        return Reply(pieces=pieces, headers=headers, gap_s=0.05, hold_s=HOLD_S)
     if framing == "cut":  # announce more than is sent, then close: the connection drops mid-body
         return Reply(pieces=pieces, headers=headers, framing="length", length=sum(map(len, pieces)) + 100)
     return Reply(pieces=pieces, headers=headers, framing=framing)
@@ -168,14 +248,14 @@ def short_waits(monkeypatch):
 async def chat_probe(reply: Reply) -> list[str | None]:
     with HostileServer(reply) as server:
         async with HttpClient() as client:
-            sample = await run_probe(client, endpoint(server.url, model="m"))
+            sample = await run_probe(client, endpoint(server.url, model="m", **TIMEOUTS))
     return [sample.error_kind]
 
 
 async def completions_probe(reply: Reply) -> list[str | None]:
     with HostileServer(reply) as server:
         async with HttpClient() as client:
-            sample = await run_probe(client, endpoint(server.url, model="m", api="completions"))
+            sample = await run_probe(client, endpoint(server.url, model="m", api="completions", **TIMEOUTS))
     return [sample.error_kind]
 
 
@@ -185,8 +265,8 @@ async def agent_step(call1: Reply, call2: Reply, failed_call: int) -> list[str |
 
     with HostileServer(answer) as server:
         async with HttpClient() as client:
-            step = await run_agent_step(client, endpoint(server.url, probes=("agent",), tool_latency_s=0.0),
-                                        ToolSet(), "m")
+            step = await run_agent_step(client, endpoint(server.url, probes=("agent",), tool_latency_s=0.0,
+                                                         **TIMEOUTS), ToolSet(), "m")
     if step.error_kind is not None:
         assert step.failed_call == failed_call, step.error_text
     return [step.error_kind]
@@ -203,13 +283,31 @@ async def agent_call2(reply: Reply) -> list[str | None]:
 async def dify_step(reply: Reply) -> list[str | None]:
     with HostileServer(reply) as server:
         async with HttpClient() as client:
-            step = await run_dify_step(client, endpoint(server.url, api="dify", probes=("agent",)), ToolSet())
+            step = await run_dify_step(client, endpoint(server.url, api="dify", probes=("agent",), **TIMEOUTS), ToolSet())
+    return [step.error_kind]
+
+
+async def dify_workflow_step(reply: Reply) -> list[str | None]:
+    with HostileServer(reply) as server:
+        async with HttpClient() as client:
+            step = await run_dify_workflow_step(
+                client, endpoint(server.url, api="dify-workflow", probes=("agent",), **TIMEOUTS), ToolSet())
+    if step.error_kind in ("read_timeout", "stream_cut"):  # the node that was running is shown unfinished
+        assert step.nodes[-1].title == "Answer" and step.nodes[-1].status == "unfinished"
+    return [step.error_kind]
+
+
+async def coze_step(reply: Reply) -> list[str | None]:
+    with HostileServer(reply) as server:
+        async with HttpClient() as client:
+            step = await run_coze_step(
+                client, endpoint(server.url, api="coze", bot_id="b1", probes=("agent",), **TIMEOUTS), ToolSet())
     return [step.error_kind]
 
 
 async def load_step(reply: Reply) -> list[str | None]:
     with HostileServer(reply) as server:
-        spec = StepSpec(index=0, endpoint=endpoint(server.url, model="m"), model="m", include_usage=True,
+        spec = StepSpec(index=0, endpoint=endpoint(server.url, model="m", **TIMEOUTS), model="m", include_usage=True,
                         warmup_s=0.0, duration_s=0.1, concurrency=1)
         async with HttpClient() as client:
             run = StepRun(spec, client, LoopLag())
@@ -224,6 +322,8 @@ PATHS: dict[str, tuple[Dialect, Callable]] = {
     "agent call 1": (TOOL_CALL, agent_call1),
     "agent call 2": (CHAT, agent_call2),
     "dify app": (DIFY, dify_step),
+    "dify workflow": (DIFY_WORKFLOW, dify_workflow_step),
+    "coze bot": (COZE, coze_step),
     "load request": (CHAT, load_step),
 }
 

@@ -4,8 +4,11 @@
 - `schema.py`: checking a call's arguments against the tool's JSON schema (the subset tools use);
 - `step.py`: one agent step against an OpenAI-compatible server (two calls per step);
   each call is the probe wing's measured stream (`lpxtop.engine.probe`), read by its `ToolCallSink`;
-- `dify.py`: one agent step against a Dify app (`POST /v1/chat-messages`, one call per step, read by the
-  wing's `DifyAppSink`);
+- agent platforms, one request per step (the platform runs its own model and tools), each read by its
+  sink in the probe wing: `dify.py` (a Dify app or chatflow, `POST /v1/chat-messages`, `DifyAppSink`),
+  `difyworkflow.py` (a Dify workflow, `POST /v1/workflows/run`, `DifyWorkflowSink`), `coze.py` (a Coze
+  bot, `POST /v3/chat`, `CozeChatSink`), and what they share, `platform.py`;
+- `nodes.py`: a workflow's nodes summarized over the window;
 - `chain.py`: what a chain of N steps costs, from the window's own step samples;
 - `window.py`: the bounded window of steps and its summary (`lpxtop.model.agent.AgentView`).
 

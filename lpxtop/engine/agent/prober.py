@@ -7,7 +7,9 @@ import logging
 import time
 from dataclasses import replace
 
+from lpxtop.engine.agent.coze import run_coze_step
 from lpxtop.engine.agent.dify import run_dify_step
+from lpxtop.engine.agent.difyworkflow import run_dify_workflow_step
 from lpxtop.engine.agent.step import run_agent_step
 from lpxtop.engine.agent.tools import ToolSet, load_tool_set
 from lpxtop.engine.agent.window import AgentWindow
@@ -27,8 +29,12 @@ def wants_chat(config: EndpointConfig) -> bool:
     return "chat" in config.probes
 
 
+# The step of each agent platform (lpxtop.model.endpoint.PLATFORM_APIS): one request, the platform's own tools
+PLATFORM_STEPS = {"dify": run_dify_step, "dify-workflow": run_dify_workflow_step, "coze": run_coze_step}
+
+
 def agent_api(config: EndpointConfig) -> str:
-    return "dify" if config.api == "dify" else "chat"
+    return config.api if config.is_platform else "chat"
 
 
 def agent_view(window: AgentWindow, config: EndpointConfig, now: float, in_flight: bool = False) -> AgentView:
@@ -65,8 +71,9 @@ class AgentProber:
         try:
             if self.tools is None:
                 return self._failed("other", f"tools file: {self.tools_error}")
-            if self.config.api == "dify":
-                return await run_dify_step(client, self.config, self.tools)
+            platform = PLATFORM_STEPS.get(self.config.api)
+            if platform is not None:
+                return await platform(client, self.config, self.tools)
             step = await run_agent_step(client, self.config, self.tools, model, include_usage=self.include_usage)
             if self.include_usage and step.failed_call == 1 and _refused_usage(step):
                 self.include_usage = False

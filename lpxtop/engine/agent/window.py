@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections import Counter, deque
 
 from lpxtop.engine.agent.chain import chain_budget
+from lpxtop.engine.agent.nodes import summarize_nodes
 from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S
 from lpxtop.model.agent import SEGMENTS, AgentStep, AgentView
 from lpxtop.model.probe import Percentiles
 
 _TIMINGS = ("time_to_tool_name_ms", "time_to_tool_call_ms", "call1_e2e_ms", "tool_ms", "answer_ttft_ms",
-            "answer_e2e_ms", "step_ms", "time_to_observation_ms", "app_latency_ms", "client_latency_ms")
+            "answer_e2e_ms", "step_ms", "time_to_observation_ms", "app_latency_ms", "client_latency_ms",
+            "app_ttft_ms", "app_generate_ms", "output_tokens", "total_tokens")
 
 
 class AgentWindow:
@@ -103,6 +105,7 @@ def summarize(
     breakdown = {name: sum(seg[name] for seg in measured) / len(measured) for name in SEGMENTS} if measured else {}
     if errors is None:
         errors = dict(Counter(s.error_kind for s in steps if s.error_kind))
+    resolutions = [s.app_latency_resolution_ms for s in timed if s.app_latency_resolution_ms is not None]
     return AgentView(
         api=api,
         status=agent_status(steps),
@@ -128,6 +131,12 @@ def summarize(
         app_latency_ms=Percentiles.of(values["app_latency_ms"]),
         client_latency_ms=Percentiles.of(values["client_latency_ms"]),
         in_flight=in_flight,
+        app_ttft_ms=Percentiles.of(values["app_ttft_ms"]),
+        app_generate_ms=Percentiles.of(values["app_generate_ms"]),
+        app_latency_resolution_ms=max(resolutions) if resolutions else None,
+        output_tokens=Percentiles.of(values["output_tokens"]),
+        total_tokens=Percentiles.of(values["total_tokens"]),
+        nodes=summarize_nodes(timed),
         steps_client_limited=sum(1 for s in steps if s.client_limited) if client_limited is None else client_limited,
         percentiles_with_client_limited=with_limited,
     )

@@ -10,7 +10,8 @@ for each API, and what is around it (when probes leave, lpxtop's own lateness, e
 - `chunks.py`: the one chunk rule for OpenAI-style streams (token, finish, usage, error) as `ChunkSink`;
 - sinks per API: `chat.py` (the chat and completions probe, as a `Sample`; the load generator's
   requests too), `agentcall.py` (an agent step's calls, with tool calls reassembled by `toolcalls.py`),
-  `difyapp.py` (a Dify app);
+  `difyapp.py` (a Dify app or chatflow), `difyworkflow.py` (a Dify workflow), `cozechat.py` (a Coze bot),
+  and what the Dify streams share, `difyevents.py` (event parsing, errors, the nodes' timeline);
 - `tracecontext.py`: the W3C trace context sent with each request;
 - `errors.py`: `StreamError` and the error classes of transport failures, statuses and error bodies;
 - `models.py`: the endpoint's model list (`GET /v1/models`);

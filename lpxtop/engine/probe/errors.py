@@ -160,7 +160,8 @@ async def _read_error_body(response: Response, budget_s: float) -> bytes:
 
 
 def error_message(body: bytes) -> str:
-    """The message an error body carries: its JSON `error.message` / `detail`, or its text."""
+    """The message an error body carries: its JSON `error.message` / `detail` (Coze's `code` and `msg`), or its
+    text."""
     text = body.decode("utf-8", errors="replace").strip()
     try:
         obj = json.loads(text)
@@ -169,6 +170,8 @@ def error_message(body: bytes) -> str:
     if isinstance(obj, dict):
         err = obj.get("error", obj)
         if isinstance(err, dict):
+            if err is obj and isinstance(obj.get("msg"), str) and obj["msg"]:  # Coze: {"code", "msg", "detail"}
+                return short(f"{obj.get('code')}: {obj['msg']}" if obj.get("code") is not None else obj["msg"])
             return short(str(err.get("message") or err.get("detail") or err))
         if isinstance(err, str):
             return short(err)

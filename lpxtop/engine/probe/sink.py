@@ -13,9 +13,13 @@ The sinks of this wing:
   probes use it as it is (chat.py);
 - `ToolCallSink` (agentcall.py): the chunk rule plus the answer's text and its tool calls reassembled
   (an agent step's call 1 and call 2);
-- `DifyAppSink` (difyapp.py): a Dify app's `chat-messages` stream (agent thoughts, answer, message_end).
+- `DifyAppSink` (difyapp.py): a Dify app's `chat-messages` stream (agent thoughts, answer, a chatflow's
+  nodes, message_end);
+- `DifyWorkflowSink` (difyworkflow.py): a Dify workflow's `workflows/run` stream (nodes, text chunks,
+  workflow_finished);
+- `CozeChatSink` (cozechat.py): a Coze bot's `v3/chat` stream (chat and message events, done).
 
-Adding an API (a Coze bot, a Dify workflow): write a subclass of `StreamSink` in a module of its own
+Adding an API: write a subclass of `StreamSink` in a module of its own
 here, named for the API, that
 
 1. sets `first_event_ns` at the first non-empty event and `first_token_ns` at the first event that shows

@@ -1,8 +1,10 @@
 """The agent-step probe on screen: the main table's `Step50/95` cell and the detail screen's Agent tab.
 
-The tab shows where an agent step's milliseconds go: each measured time as p50/p95/p99, the chain
-budget (N steps at today's p50 and p95, from the window's own samples), and a breakdown bar of the mean
-step (queueing and prefill, decode, the tool, time outside the engine) so a user sees what to attack.
+The tab shows where an agent step's milliseconds go: each measured time as p50/p95/p99 (an agent
+platform's own figures beside the client's), the last step as a waterfall (waterfall.py: each node, or
+tool decision, tool and answer, as a bar at its offset), a Dify workflow's nodes over the window, the
+chain budget (N steps at today's p50 and p95, from the window's own samples), and a breakdown bar of the
+mean step (queueing and prefill, decode, the tool, time outside the engine) so a user sees what to attack.
 """
 
 from __future__ import annotations
@@ -11,12 +13,20 @@ from rich.text import Text
 from textual.widgets import Static
 
 from lpxtop.model.agent import SEGMENT_LABELS, SEGMENTS, AgentView
+from lpxtop.model.endpoint import PLATFORM_APIS
+from lpxtop.model.platform import NodeSummary
 from lpxtop.model.probe import Percentiles
 from lpxtop.model.snapshot import EndpointView
 from lpxtop.ui.formatting import UNKNOWN, fmt_ago, fmt_ms, truncate
 from lpxtop.ui.palette import Palette
+from lpxtop.ui.widgets.waterfall import render_waterfall, shown_step
 
 BAR_MIN_WIDTH = 20
+HEADLINES = {
+    "dify": "Dify app: one request per step",
+    "dify-workflow": "Dify workflow: node by node",
+    "coze": "Coze bot: one request per step",
+}
 
 
 def step_cell(view: EndpointView) -> tuple[str, str]:
@@ -93,7 +103,7 @@ def render_agent(agent: AgentView | None, now: float, palette: Palette, width: i
         text.append("The agent-step probe is off for this endpoint: start lpxtop with --probe agent "
                     "(or probe = [\"chat\", \"agent\"] in the config file).", style=palette.muted)
         return text
-    what = "Dify app: one request per step" if agent.api == "dify" else "call 1 (tool call) → tool → call 2 (answer)"
+    what = HEADLINES.get(agent.api, "call 1 (tool call) → tool → call 2 (answer)")
     text.append(f"agent steps  {what}  ", style="bold")
     text.append(f"{agent.steps_sent} sent, {agent.steps_ok} ok, {agent.steps_failed} not", style=palette.muted)
     if agent.steps_client_limited:  # lpxtop itself was late during these: left out of the times
@@ -103,34 +113,35 @@ def render_agent(agent: AgentView | None, now: float, palette: Palette, width: i
         text.append("  (a step is running)", style=palette.muted)
     text.append("\n")
     valid = agent.tool_call_valid_pct
-    text.append("  tool calls with valid arguments: ")
-    text.append("--" if valid is None else f"{valid:.0f}%",
-                style=palette.muted if valid is None else (palette.ok if valid >= 99.5 else palette.warning))
+    if agent.api == "dify-workflow":  # a workflow's tools take no arguments lpxtop sees
+        text.append(f"  {len(agent.nodes)} nodes, each timed by the platform and by lpxtop")
+    else:
+        text.append("  tool calls with valid arguments: ")
+        text.append("--" if valid is None else f"{valid:.0f}%",
+                    style=palette.muted if valid is None else (palette.ok if valid >= 99.5 else palette.warning))
     if agent.errors:
         text.append("   errors: ")
         text.append(", ".join(f"{k} {n}" for k, n in sorted(agent.errors.items())), style=palette.critical)
     text.append("\n\n")
     text.append(f"  {'ms':<22}{'p50':>7} {'p95':>7} {'p99':>7}\n", style=palette.muted)
-    _row(text, "time to tool name", agent.time_to_tool_name_ms, palette,
-         "the app's tool decision" if agent.api == "dify" else "first delta naming the function")
-    if agent.api == "dify":
-        _row(text, "time to observation", agent.time_to_observation_ms, palette, "the app's tool returned")
-        _row(text, "tool", agent.tool_ms, palette, "decision to observation, in the app")
-        _row(text, "answer TTFT", agent.answer_ttft_ms, palette, "from the request")
-        _row(text, "answer E2E", agent.answer_e2e_ms, palette, "from the request")
-        _row(text, "app latency (its own)", agent.app_latency_ms, palette, "message_end metadata.usage.latency")
-        _row(text, "client latency", agent.client_latency_ms, palette, "message_end's arrival here")
-        if agent.app_latency_ms is not None and agent.client_latency_ms is not None:
-            gap = agent.client_latency_ms.mean - agent.app_latency_ms.mean
-            text.append(f"  network and gateway (client − app, mean): {gap:+.1f} ms\n", style=palette.accent)
+    if agent.api in PLATFORM_APIS:
+        _platform_rows(text, agent, palette)
     else:
+        _row(text, "time to tool name", agent.time_to_tool_name_ms, palette, "first delta naming the function")
         _row(text, "time to tool call", agent.time_to_tool_call_ms, palette, "last argument fragment")
         _row(text, "call 1 E2E", agent.call1_e2e_ms, palette)
         _row(text, "tool", agent.tool_ms, palette, "lpxtop's simulated tool")
         _row(text, "answer TTFT", agent.answer_ttft_ms, palette, "call 2, from its send")
         _row(text, "answer E2E", agent.answer_e2e_ms, palette, "call 2, from its send")
-    _row(text, "step", agent.step_ms, palette, "call 1's send to the answer's last token")
+        _row(text, "step", agent.step_ms, palette, "call 1's send to the answer's last token")
     text.append("\n")
+    step = shown_step(agent.samples)
+    if step is not None:
+        text.append_text(render_waterfall(step, now, palette, width))
+        text.append("\n")
+    if agent.nodes:
+        text.append_text(nodes_table(agent.nodes, palette, width))
+        text.append("\n")
     chain = agent.chain
     text.append(f"  chain of {agent.chain_steps} steps: ", style="bold")
     if chain is None:
@@ -156,6 +167,58 @@ def render_agent(agent: AgentView | None, now: float, palette: Palette, width: i
     return text
 
 
+def _platform_rows(text: Text, agent: AgentView, palette: Palette) -> None:
+    """An agent platform's figures: the client's, then the platform's own beside them."""
+    workflow = agent.api == "dify-workflow"
+    if not workflow:
+        _row(text, "time to tool decision", agent.time_to_tool_call_ms, palette,
+             "function_call message" if agent.api == "coze" else "agent_thought naming a tool")
+        _row(text, "time to tool result", agent.time_to_observation_ms, palette,
+             "tool_response message" if agent.api == "coze" else "agent_thought's observation")
+        _row(text, "tool", agent.tool_ms, palette, "decision to result")
+    elif agent.tool_ms is not None:
+        _row(text, "tool node", agent.tool_ms, palette, "its first Tool node")
+    _row(text, "answer TTFT", agent.answer_ttft_ms, palette, "first text_chunk" if workflow else "from the request")
+    if agent.app_ttft_ms is not None:
+        _row(text, "  model TTFT (its own)", agent.app_ttft_ms, palette, "usage.time_to_first_token")
+    _row(text, "answer E2E", agent.answer_e2e_ms, palette, "from the request")
+    end = {"coze": "chat.completed", "dify-workflow": "workflow_finished"}.get(agent.api, "message_end")
+    own = {"coze": "completed_at − created_at", "dify-workflow": "its elapsed_time"}.get(
+        agent.api, "message_end usage.latency")
+    if workflow:
+        _row(text, "step", agent.step_ms, palette, f"to {end}")
+    _row(text, "platform (its own)", agent.app_latency_ms, palette, own)
+    _row(text, "client", agent.client_latency_ms, palette, f"{end} arrived")
+    resolution = agent.app_latency_resolution_ms
+    if resolution is not None:
+        text.append(f"  the platform's own time is in whole seconds: ±{resolution / 1000:g} s\n", style=palette.muted)
+    elif agent.app_latency_ms is not None and agent.client_latency_ms is not None:
+        gap = agent.client_latency_ms.mean - agent.app_latency_ms.mean
+        text.append(f"  network and gateway (client − platform, mean): {gap:+.1f} ms\n", style=palette.accent)
+    if not workflow:
+        _row(text, "step", agent.step_ms, palette, "to the answer's last token")
+
+
+def nodes_table(nodes: tuple[NodeSummary, ...], palette: Palette, width: int) -> Text:
+    """A workflow's nodes over the window, in execution order: p50 offset, the platform's time and the
+    client's, and the runs that did not succeed."""
+    text = Text(no_wrap=True, overflow="ellipsis")
+    title = max(10, min(24, width - 50))
+    text.append("  nodes over the window (p50 ms)\n", style="bold")
+    text.append(f"  {'node':<{title}} {'type':<10}{'at':>7}{'platform':>9}{'client':>8}  runs err\n",
+                style=palette.muted)
+    for node in nodes:
+        def p50(p: Percentiles | None) -> str:
+            return fmt_ms(p.p50) if p is not None else UNKNOWN
+
+        text.append(f"  {truncate(node.title, title):<{title}} {truncate(node.node_type, 9):<10}"
+                    f"{p50(node.offset_ms):>7}")
+        text.append(f"{p50(node.elapsed_ms):>9}", style=palette.accent)
+        text.append(f"{p50(node.seen_ms):>8}  {node.runs:>4} ")
+        text.append(f"{node.errors:>3}\n", style=palette.critical if node.errors else palette.muted)
+    return text
+
+
 class AgentPanel(Static):
     """The detail screen's Agent tab: re-rendered with each snapshot of its endpoint."""
 
@@ -166,6 +229,15 @@ class AgentPanel(Static):
     }
     """
 
+    _shown: tuple[EndpointView, float, Palette] | None = None
+
     def show(self, view: EndpointView, now: float, palette: Palette) -> None:
-        width = (self.size.width or self.app.size.width) - 2
+        self._shown = (view, now, palette)
+        # before its first layout the panel has no size: the app's width less the tab's margins and scrollbar;
+        # on_resize draws it again at its real width
+        width = self.content_size.width or self.app.size.width - 6
         self.update(render_agent(view.agent, now, palette, width))
+
+    def on_resize(self) -> None:
+        if self._shown is not None:
+            self.show(*self._shown)
