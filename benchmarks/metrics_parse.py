@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lpxtop.engine.metric_names import VLLM, family_names, histogram_names, keep_families  # noqa: E402
-from lpxtop.engine.server_exposition import Exposition  # noqa: E402
-from lpxtop.engine.server_reparse import ReParser  # noqa: E402
-from lpxtop.engine.server_tracker import MetricsTracker  # noqa: E402
+from lpxtop.engine.scrape.exposition import Exposition  # noqa: E402
+from lpxtop.engine.scrape.metric_names import VLLM, family_names, histogram_names, keep_families  # noqa: E402
+from lpxtop.engine.scrape.reparse import ReParser  # noqa: E402
+from lpxtop.engine.scrape.tracker import MetricsTracker  # noqa: E402
 from lpxtop.sim.metrics import SimMetrics  # noqa: E402
 
 

@@ -56,7 +56,7 @@ urls = sys.argv[6:]
 endpoints = endpoints_from_urls(urls)
 gpu = None
 if gpu_mode == "sim":
-    from lpxtop.engine.simgpu import SimulatedGpuCollector
+    from lpxtop.engine.gpu.simulated import SimulatedGpuCollector
     gpu = SimulatedGpuCollector(kv_usage=lambda: 0.4)
 engine = build_engine(endpoints, gpu=gpu)
 recorder = None

@@ -76,30 +76,30 @@ class Later:
 
 
 def _gpu_collector():
-    from lpxtop.engine.accel.collector import AcceleratorCollector
+    from lpxtop.engine.gpu.accel.collector import AcceleratorCollector
 
     return AcceleratorCollector()
 
 
 def _host_collector():
-    from lpxtop.engine.host import HostCollector
+    from lpxtop.engine.system.host import HostCollector
 
     return HostCollector()
 
 
 def _port_monitor():
-    from lpxtop.engine.ports import PortMonitor
+    from lpxtop.engine.system.ports import PortMonitor
 
     return PortMonitor()
 
 
 def _scraper(config: EndpointConfig, window_s: float):
-    from lpxtop.engine.servers import ServerScraper
+    from lpxtop.engine.scrape.servers import ServerScraper
 
     return ServerScraper(config, window_s=window_s)
 
 
 def _discover(client):
-    from lpxtop.engine.discovery import discover
+    from lpxtop.engine.system.discovery import discover
 
     return discover(client)

@@ -63,7 +63,7 @@ def start_demo(
 ) -> Iterator:
     """Start the simulated servers and return a (not yet started) Engine watching them."""
     from lpxtop.assemble import build_engine
-    from lpxtop.engine.simgpu import SimulatedGpuCollector
+    from lpxtop.engine.gpu.simulated import SimulatedGpuCollector
 
     surge_flag = threading.Event()
     with contextlib.ExitStack() as stack:

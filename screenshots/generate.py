@@ -97,7 +97,7 @@ async def shoot(out: Path) -> None:
 
 
 async def shoot_without_gpu(engine, out: Path) -> None:
-    from lpxtop.engine.gpu import GpuCollector
+    from lpxtop.engine.gpu.collector import GpuCollector
 
     collector = GpuCollector()
     try:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lpxtop.durations import DurationError, parse_duration
-from lpxtop.engine.accel.energy import gpus_of_endpoint
+from lpxtop.engine.gpu.accel.energy import gpus_of_endpoint
 from lpxtop.model.alerts import Alert
 from lpxtop.model.gpu import THROTTLE_TEXT, GpuDevice, GpuSnapshot
 from lpxtop.model.snapshot import EndpointView, Snapshot

@@ -21,9 +21,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 from lpxtop import __version__
-from lpxtop.engine.accel.energy import EnergyMeter
 from lpxtop.engine.agent.prober import AgentProber, wants_agent, wants_chat, with_agent
 from lpxtop.engine.diagnosis import model_matches, model_not_served, no_model_listed
+from lpxtop.engine.gpu.accel.energy import EnergyMeter
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.engine.probe.clientlimit import LoopLag, ThreadCpuWait
 from lpxtop.engine.probe.schedule import next_gap

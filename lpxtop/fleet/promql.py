@@ -5,7 +5,7 @@ README.md lists them with the defaults; a test keeps the two equal).
 
 Rows are one per (`host`, `endpoint`) of lpxtop exporters; `--match` narrows the lpxtop series
 (`{job="lpxtop"}`). Servers without an lpxtop exporter are found by their own metric names
-(engine/metric_names.py, the table lpxtop reads /metrics with), GPUs of hosts without lpxtop by
+(engine/scrape/metric_names.py, the table lpxtop reads /metrics with), GPUs of hosts without lpxtop by
 dcgm-exporter's and nvitop-exporter's names; `--servers-match` narrows those.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from lpxtop.engine.metric_names import KINDS, Ref
+from lpxtop.engine.scrape.metric_names import KINDS, Ref
 
 ROW = "host, endpoint"
 MEASURES = ("ttft", "itl", "tpot", "e2e")

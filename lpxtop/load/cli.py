@@ -384,7 +384,7 @@ def build_load_engine(plan: LoadPlan, *, ui: bool, scrape: bool, readings: bool 
     output token needs their energy counters; about 1 ms a second, nothing on a host without a GPU), plus the
     host when `readings` (a recorded run keeps them: lpxtop/load/recording.py)."""
     from lpxtop.engine.runner import Engine, EngineSettings
-    from lpxtop.engine.servers import ServerScraper
+    from lpxtop.engine.scrape.servers import ServerScraper
 
     if ui:
         from lpxtop.assemble import build_engine
@@ -393,11 +393,11 @@ def build_load_engine(plan: LoadPlan, *, ui: bool, scrape: bool, readings: bool 
         engine.settings = replace(engine.settings, probes=False)
         return engine
     settings = EngineSettings(probes=False, scrape_metrics=scrape)
-    from lpxtop.engine.accel.collector import AcceleratorCollector
+    from lpxtop.engine.gpu.accel.collector import AcceleratorCollector
 
     parts: dict = {"gpu": AcceleratorCollector()}
     if readings:
-        from lpxtop.engine.host import HostCollector
+        from lpxtop.engine.system.host import HostCollector
 
         parts["host"] = HostCollector()
     return Engine([plan.endpoint], settings,

@@ -7,7 +7,7 @@ Two sources, both the server's own /metrics:
   cache's hits and queries, and the TTFT and queue-time histograms' sum and count, so the step gets exact
   differences (the server's mean TTFT over the step = Δsum/Δcount) instead of the scraper's 5-minute
   window, which would mix steps.
-Metric names come from the one table per server kind (`lpxtop/engine/metric_names.py`).
+Metric names come from the one table per server kind (`lpxtop/engine/scrape/metric_names.py`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from lpxtop.engine.accel.energy import energy_between
-from lpxtop.engine.metric_names import BY_KIND, KINDS, KindNames, Ref, family_names, keep_families
-from lpxtop.engine.server_exposition import Exposition, NotPrometheusText
+from lpxtop.engine.gpu.accel.energy import energy_between
+from lpxtop.engine.scrape.exposition import Exposition, NotPrometheusText
+from lpxtop.engine.scrape.metric_names import BY_KIND, KINDS, KindNames, Ref, family_names, keep_families
 from lpxtop.http import HttpClient
 from lpxtop.model.events import EngineEvent, GpuEvent, ScrapeEvent
 from lpxtop.model.gpu import GpuSnapshot

@@ -1,4 +1,4 @@
-"""Energy per output token for one endpoint (owned by engine/accel/energy.py)."""
+"""Energy per output token for one endpoint (owned by engine/gpu/accel/energy.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GPU devices and the processes on them (owned by engine/gpu.py)."""
+"""GPU devices and the processes on them (owned by engine/gpu/collector.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 # Clock-throttle reasons, worst first: the key JSON and the exporter use, and the short word the GPU
-# panel shows beside the device. The NVML bits they come from are in lpxtop/engine/accel/throttle.py.
+# panel shows beside the device. The NVML bits they come from are in lpxtop/engine/gpu/accel/throttle.py.
 THROTTLE_REASONS: tuple[tuple[str, str, str], ...] = (
     ("hw_thermal", "thermal", "hardware thermal slowdown: the GPU is too hot"),
     ("power_brake", "pwr-brake", "hardware power brake: the system asserted its power-brake signal"),

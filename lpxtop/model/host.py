@@ -1,4 +1,4 @@
-"""Host CPU and memory, and the endpoints' server processes (owned by engine/host.py)."""
+"""Host CPU and memory, and the endpoints' server processes (owned by engine/system/host.py)."""
 
 from __future__ import annotations
 

@@ -106,7 +106,7 @@ class ServerDuringStep:
     mean_ttft_ms: float | None = None
     mean_queue_ms: float | None = None
     generation_tokens: float | None = None
-    # The GPUs' energy over the same two counter readings (engine/accel/energy.py), and per generated token
+    # The GPUs' energy over the same two counter readings (engine/gpu/accel/energy.py), and per generated token
     energy_j: float | None = None
     joules_per_output_token: float | None = None
     energy_gpus: tuple[str, ...] = ()

@@ -1,4 +1,4 @@
-"""Who holds an endpoint's port, and in what state (owned by engine/ports.py)."""
+"""Who holds an endpoint's port, and in what state (owned by engine/system/ports.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The server's own view of itself, normalized across inference servers (owned by engine/servers.py)."""
+"""The server's own view of itself, normalized across inference servers (owned by engine/scrape/servers.py)."""
 
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ class ServerMetrics:
     # The TTFT histogram read by read over the window, oldest first (for the client/engine gap)
     ttft_intervals: tuple[TtftInterval, ...] = ()
     # The generated-token counter as read in this scrape (vllm:generation_tokens_total, summed over its
-    # series): energy per output token divides the GPUs' energy by its growth (engine/accel/energy.py)
+    # series): energy per output token divides the GPUs' energy by its growth (engine/gpu/accel/energy.py)
     generation_tokens_total: float | None = None
 
     @property

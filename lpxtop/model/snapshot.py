@@ -113,7 +113,7 @@ class EndpointView:
     percentiles_with_client_limited: bool = False
     server_summary: ServerSummary | None = None  # the server's gauges across the probes' span
     agent: AgentView | None = None  # the agent-step probe's window (engine/agent), when it is on
-    energy: EndpointEnergy | None = None  # joules per output token of its GPUs (engine/accel/energy.py)
+    energy: EndpointEnergy | None = None  # joules per output token of its GPUs (engine/gpu/accel/energy.py)
 
     @property
     def name(self) -> str:

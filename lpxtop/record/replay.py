@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lpxtop.engine.accel.energy import REPLAY_LOOKBACK_S, EnergyMeter
 from lpxtop.engine.agent.prober import agent_view, wants_agent, with_agent
 from lpxtop.engine.agent.window import AgentWindow
+from lpxtop.engine.gpu.accel.energy import REPLAY_LOOKBACK_S, EnergyMeter
 from lpxtop.engine.stats import EndpointWindow, server_kind
 from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.alerts import Alert

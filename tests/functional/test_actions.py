@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from lpxtop.engine.actions import (
+from lpxtop.engine.system.actions import (
     READONLY_REFUSAL,
     ActionResult,
     check_signal_allowed,

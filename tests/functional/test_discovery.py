@@ -8,7 +8,7 @@ import time
 import pytest
 from aiohttp import web
 
-from lpxtop.engine.discovery import USUAL_PORTS, candidate_ports, discover, discover_sync
+from lpxtop.engine.system.discovery import USUAL_PORTS, candidate_ports, discover, discover_sync
 from lpxtop.http import HttpClient
 from lpxtop.model.endpoint import EndpointConfig
 from tests.functional.simhelpers import free_port

@@ -124,8 +124,8 @@ def test_collect_once_joins_gpu_processes_to_the_endpoint_they_serve(monkeypatch
     functions are fake: the sim, its listening socket, the port check and the join are real."""
     import os
 
-    from lpxtop.engine.gpu import GpuCollector
-    from lpxtop.engine.ports import PortMonitor
+    from lpxtop.engine.gpu.collector import GpuCollector
+    from lpxtop.engine.system.ports import PortMonitor
     from tests.unit.test_gpu_nvml import GIB, FakeDriver, FakeGpu, proc
 
     # the sim runs in a thread of this process, so this PID is the one holding its port
@@ -145,7 +145,7 @@ def test_collect_once_gives_a_failed_last_scrape_one_more_try():
     stdlib server /metrics."""
     import http.server
 
-    from lpxtop.engine.servers import ServerScraper
+    from lpxtop.engine.scrape.servers import ServerScraper
 
     page = (Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
             / "llamacpp-server-0c1e5709-local-capture-after-load.txt").read_bytes()
@@ -193,7 +193,7 @@ def test_listeners_get_every_input_and_a_failing_listener_is_dropped():
         raise RuntimeError("a reader's bug")
 
     with start_sim_in_thread(SimConfig(model="sim-a", ttft_ms=5, itl_ms=1)) as sim:
-        from lpxtop.engine.servers import ServerScraper
+        from lpxtop.engine.scrape.servers import ServerScraper
 
         engine = Engine([endpoint(sim.url, model="sim-a", interval_s=0.25)], EngineSettings(),
                         scraper_factory=ServerScraper)
@@ -211,7 +211,7 @@ def test_listeners_get_every_input_and_a_failing_listener_is_dropped():
 def test_once_reports_the_server_across_the_run_from_scrapes_of_its_own():
     """Issue 19 item 5: what the server showed while `once` probed (last, max, mean of running and
     waiting over scrapes on their own schedule), not one reading taken after lpxtop's probe ended."""
-    from lpxtop.engine.servers import ServerScraper
+    from lpxtop.engine.scrape.servers import ServerScraper
 
     # 4 closed-loop clients in waves: 4 running all along, 5 while the probe has its slot
     config = SimConfig(model="m", ttft_ms=10, itl_ms=2, max_num_seqs=8, wave_load=(4, 40))
@@ -233,8 +233,8 @@ def test_once_reads_the_servers_histograms_after_its_last_probe(monkeypatch):
     last scrape reads the latency histograms whatever their 10 s schedule. Found against real vLLM
     (benchmarks/reference.py): a 17 s `once` reported the server's TTFT over its first ~10 s only. The
     schedule is stretched here so that without that last read the window would end after the first scrapes."""
-    from lpxtop.engine import server_tracker
-    from lpxtop.engine.servers import ServerScraper
+    from lpxtop.engine.scrape import tracker as server_tracker
+    from lpxtop.engine.scrape.servers import ServerScraper
 
     monkeypatch.setattr(server_tracker, "HISTOGRAMS_EVERY_S", 3600.0)
     probes = 8

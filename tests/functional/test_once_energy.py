@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from lpxtop.assemble import build_engine
-from lpxtop.engine.simgpu import SimulatedGpuCollector
+from lpxtop.engine.gpu.simulated import SimulatedGpuCollector
 from lpxtop.report import render_table
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread

@@ -11,8 +11,8 @@ import httpx
 import psutil
 import pytest
 
-from lpxtop.engine import procinfo
-from lpxtop.engine.ports import PortMonitor
+from lpxtop.engine.system import procinfo
+from lpxtop.engine.system.ports import PortMonitor
 from lpxtop.model.endpoint import EndpointConfig
 from tests.functional.simhelpers import free_port
 from tests.functional.test_ports_support import (

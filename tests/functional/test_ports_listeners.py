@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
-from lpxtop.engine import procinfo
-from lpxtop.engine.ports import PortMonitor
-from lpxtop.engine.procinfo import Listener, ListenerScanner
+from lpxtop.engine.system import procinfo
+from lpxtop.engine.system.ports import PortMonitor
+from lpxtop.engine.system.procinfo import Listener, ListenerScanner
 from lpxtop.model.endpoint import EndpointConfig
 from tests.functional.test_ports_support import (
     REUSEPORT_LISTENER,

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from lpxtop.engine.probe import fetch_models, run_probe
-from lpxtop.engine.server_kinds import auth_headers
+from lpxtop.engine.scrape.kinds import auth_headers
 from lpxtop.http import HttpClient
 from lpxtop.textsafe import scrub
 from tests.functional.hostile import HostileServer, Reply, Request

@@ -19,7 +19,7 @@ import pytest
 
 from lpxtop.assemble import build_engine
 from lpxtop.config import normalize_url
-from lpxtop.engine.simgpu import SimulatedGpuCollector
+from lpxtop.engine.gpu.simulated import SimulatedGpuCollector
 from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.events import SnapshotEvent

@@ -15,7 +15,7 @@ from aiohttp import web
 from textual.widgets import Static, TabbedContent
 
 from lpxtop.engine.runner import Engine, EngineSettings
-from lpxtop.engine.servers import ServerScraper
+from lpxtop.engine.scrape.servers import ServerScraper
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.ui.app import create_app
 from lpxtop.ui.widgets.endpoints_table import EndpointsTable

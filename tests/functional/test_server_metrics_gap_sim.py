@@ -17,9 +17,9 @@ import time
 
 import pytest
 
-from lpxtop.engine import server_tracker
 from lpxtop.engine.probe import run_probe
-from lpxtop.engine.servers import ServerScraper
+from lpxtop.engine.scrape import tracker as server_tracker
+from lpxtop.engine.scrape.servers import ServerScraper
 from lpxtop.http import HttpClient
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import Sample

@@ -240,9 +240,9 @@ def test_histograms_observe_the_real_timings() -> None:
 def test_pages_of_a_loaded_sim_reparse_as_they_parse_whole() -> None:
     """The scraper re-parses only the lines that changed since its last scrape (server_reparse); on a
     live page sequence under load it must read what prometheus_client reads from each page whole."""
-    from lpxtop.engine.metric_names import VLLM, family_names, keep_families
-    from lpxtop.engine.server_exposition import Exposition
-    from lpxtop.engine.server_reparse import ReParser
+    from lpxtop.engine.scrape.exposition import Exposition
+    from lpxtop.engine.scrape.metric_names import VLLM, family_names, keep_families
+    from lpxtop.engine.scrape.reparse import ReParser
 
     config = SimConfig(model="sim-test", ttft_ms=5, itl_ms=2, max_num_seqs=4, background_load=lambda t: 6)
     families = family_names(VLLM)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from lpxtop.engine.alerts import AlertRules
-from lpxtop.engine.gpu import GpuCollector
+from lpxtop.engine.gpu.collector import GpuCollector
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.snapshot import Snapshot
 from tests.functional.simhelpers import free_port
@@ -184,8 +184,8 @@ def test_power_energy_and_clock_events_read_as_nvidia_smi_shows_them(collector: 
     """The NVML calls energy per token and the throttle word stand on: power draw and its enforced limit,
     nvmlDeviceGetTotalEnergyConsumption (it grows by about the power drawn), the clock-event reasons (the
     same bits nvidia-smi shows), and the same devices through AcceleratorCollector with their vendor."""
-    from lpxtop.engine.accel.collector import AcceleratorCollector
-    from lpxtop.engine.accel.throttle import nvml_throttle
+    from lpxtop.engine.gpu.accel.collector import AcceleratorCollector
+    from lpxtop.engine.gpu.accel.throttle import nvml_throttle
 
     if shutil.which("nvidia-smi") is None:
         pytest.skip("nvidia-smi is not installed")

@@ -14,7 +14,7 @@ import pytest
 
 from lpxtop.engine.probe import run_probe
 from lpxtop.engine.probe.errors import classify_exception
-from lpxtop.engine.servers import ServerScraper
+from lpxtop.engine.scrape.servers import ServerScraper
 from lpxtop.http import BodyTooLarge, DecodingError, HttpClient
 from lpxtop.http.decoding import DECODE_STEP_BYTES, ContentDecoder
 from lpxtop.model.endpoint import EndpointConfig

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.realserver, pytest.mark.timeout(300)]
 
 
 async def test_llamacpp_without_metrics_flag(llama_server_no_metrics) -> None:
-    servers = import_lpxtop("lpxtop.engine.servers", "ServerScraper")
+    servers = import_lpxtop("lpxtop.engine.scrape.servers", "ServerScraper")
     probe = import_lpxtop("lpxtop.engine.probe", "run_probe")
     httpclient = import_lpxtop("lpxtop.http", "HttpClient")
     server = llama_server_no_metrics

@@ -109,7 +109,7 @@ async def lpxtop_scrape(scraper: object, client: object) -> object:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.kind for c in CASES])
 async def test_queue_and_running_agree_with_direct_scrape(case: Case, request: pytest.FixtureRequest) -> None:
-    servers = import_lpxtop("lpxtop.engine.servers", "ServerScraper")
+    servers = import_lpxtop("lpxtop.engine.scrape.servers", "ServerScraper")
     httpclient = import_lpxtop("lpxtop.http", "HttpClient")
     server = request.getfixturevalue(case.fixture)
     scraper = servers.ServerScraper(EndpointConfig(name=case.kind, url=server.api_url, model=case.model))

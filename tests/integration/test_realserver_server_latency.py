@@ -28,9 +28,9 @@ MEAN_SLACK_MS = 150.0
 async def test_server_means_estimates_and_the_exact_gap(vllm_server, monkeypatch: pytest.MonkeyPatch) -> None:
     probe = import_lpxtop("lpxtop.engine.probe", "run_probe")
     httpclient = import_lpxtop("lpxtop.http", "HttpClient")
-    servers = import_lpxtop("lpxtop.engine.servers", "ServerScraper")
-    tracker = import_lpxtop("lpxtop.engine.server_tracker", "HISTOGRAMS_EVERY_S")
-    histograms = import_lpxtop("lpxtop.engine.server_histograms", "histogram_quantile")
+    servers = import_lpxtop("lpxtop.engine.scrape.servers", "ServerScraper")
+    tracker = import_lpxtop("lpxtop.engine.scrape.tracker", "HISTOGRAMS_EVERY_S")
+    histograms = import_lpxtop("lpxtop.engine.scrape.histograms", "histogram_quantile")
     gap_module = import_lpxtop("lpxtop.model.server_gap", "ttft_gap")
     monkeypatch.setattr(tracker, "HISTOGRAMS_EVERY_S", 0.0)
     endpoint = EndpointConfig(name="vllm", url=vllm_server.api_url, model=VLLM_MODEL, max_tokens=16)

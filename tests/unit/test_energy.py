@@ -1,4 +1,4 @@
-"""Energy per output token (engine/accel/energy.py): the GPUs' energy counters against the servers'
+"""Energy per output token (engine/gpu/accel/energy.py): the GPUs' energy counters against the servers'
 generated-token counters over one interval, with resets, missing counters and shared GPUs."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from lpxtop.engine.accel.energy import Cumulative, EnergyMeter, PowerIntegral
+from lpxtop.engine.gpu.accel.energy import Cumulative, EnergyMeter, PowerIntegral
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.gpu import GpuDevice, GpuProcess, GpuSnapshot
 from lpxtop.model.ports import PortStatus

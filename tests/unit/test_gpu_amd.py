@@ -9,13 +9,13 @@ import os
 import pynvml
 import pytest
 
-from lpxtop.engine.accel.amd import NO_AMD, AmdGpuCollector
-from lpxtop.engine.accel.amd_smi import AmdSmi
-from lpxtop.engine.accel.amd_sysfs import SYSFS_ROOT_ENV, find_cards, read_card, same_pci
-from lpxtop.engine.accel.collector import AcceleratorCollector
-from lpxtop.engine.accel.drm_fdinfo import parse_fdinfo
-from lpxtop.engine.gpu import GpuCollector
-from lpxtop.engine.nvml import Nvml
+from lpxtop.engine.gpu.accel.amd import NO_AMD, AmdGpuCollector
+from lpxtop.engine.gpu.accel.amd_smi import AmdSmi
+from lpxtop.engine.gpu.accel.amd_sysfs import SYSFS_ROOT_ENV, find_cards, read_card, same_pci
+from lpxtop.engine.gpu.accel.collector import AcceleratorCollector
+from lpxtop.engine.gpu.accel.drm_fdinfo import parse_fdinfo
+from lpxtop.engine.gpu.collector import GpuCollector
+from lpxtop.engine.gpu.nvml import Nvml
 from tests.unit.amd_fakes import GIB, card, drm_client, install_pyrsmi, mi300x
 from tests.unit.test_gpu_nvml import Clock, FakeDriver, FakeGpu
 

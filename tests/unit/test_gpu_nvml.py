@@ -19,8 +19,8 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from lpxtop.engine.gpu import GpuCollector
-from lpxtop.engine.nvml import Nvml
+from lpxtop.engine.gpu.collector import GpuCollector
+from lpxtop.engine.gpu.nvml import Nvml
 
 GIB = 2**30
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from lpxtop.engine.accel.throttle import nvml_throttle
+from lpxtop.engine.gpu.accel.throttle import nvml_throttle
 from lpxtop.model.gpu import GpuDevice
 from tests.unit.test_gpu_nvml import GIB, Clock, FakeDriver, FakeGpu, collector
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lpxtop.engine.simgpu import SimulatedGpuCollector
+from lpxtop.engine.gpu.simulated import SimulatedGpuCollector
 
 GIB = 2**30
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from lpxtop.engine.host import HostCollector, parse_pressure, read_memory_pressure
+from lpxtop.engine.system.host import HostCollector, parse_pressure, read_memory_pressure
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def test_endpoint_server_processes_with_children(child):
 
 
 def test_children_from_a_process_scan_count_the_same_as_psutils_own(child):
-    from lpxtop.engine.procinfo import ProcessScanner, children_map
+    from lpxtop.engine.system.procinfo import ProcessScanner, children_map
 
     me = os.getpid()
     kids = children_map(ProcessScanner().scan())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lpxtop.engine.ports import model_matches
-from lpxtop.engine.procinfo import (
+from lpxtop.engine.system.ports import model_matches
+from lpxtop.engine.system.procinfo import (
     ProcInfo,
     TcpListenRow,
     format_age,

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lpxtop.engine.server_histograms import Buckets, estimate_quantile, histogram_quantile, observation_bounds
-from lpxtop.engine.server_tracker import _sum_fits
+from lpxtop.engine.scrape.histograms import Buckets, estimate_quantile, histogram_quantile, observation_bounds
+from lpxtop.engine.scrape.tracker import _sum_fits
 
 INF = math.inf
 VLLM_REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from lpxtop.engine.metric_names import BY_KIND, VLLM
-from lpxtop.engine.server_exposition import Exposition, NotPrometheusText
-from lpxtop.engine.server_kinds import detect_kind
-from lpxtop.engine.server_ollama import ollama_metrics
-from lpxtop.engine.server_tracker import MetricsTracker
+from lpxtop.engine.scrape.exposition import Exposition, NotPrometheusText
+from lpxtop.engine.scrape.kinds import detect_kind
+from lpxtop.engine.scrape.metric_names import BY_KIND, VLLM
+from lpxtop.engine.scrape.ollama import ollama_metrics
+from lpxtop.engine.scrape.tracker import MetricsTracker
 from lpxtop.model.server import ServerMetrics
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
@@ -301,7 +301,7 @@ SERVER_CAPTURES = [
 def test_parsing_only_the_kinds_families_changes_nothing(name: str) -> None:
     # After the first scrape the scraper parses only the families its table reads; the result must be
     # the same as parsing the whole page (two scrapes each, so rates and windows are compared too).
-    from lpxtop.engine.metric_names import family_names, keep_families
+    from lpxtop.engine.scrape.metric_names import family_names, keep_families
 
     page = text(name)
     names = detect_kind(Exposition.parse(page))

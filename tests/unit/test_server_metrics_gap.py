@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from lpxtop.engine.metric_names import VLLM
-from lpxtop.engine.server_exposition import Exposition
-from lpxtop.engine.server_tracker import MetricsTracker
+from lpxtop.engine.scrape.exposition import Exposition
+from lpxtop.engine.scrape.metric_names import VLLM
+from lpxtop.engine.scrape.tracker import MetricsTracker
 from lpxtop.model.probe import Sample
 from lpxtop.model.server import ServerLatency, ServerMetrics, TtftInterval
 from lpxtop.model.server_gap import MAX_RANGE_MS, ttft_gap

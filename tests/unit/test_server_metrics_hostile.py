@@ -14,7 +14,7 @@ import math
 import pytest
 from aiohttp import web
 
-from lpxtop.engine.servers import MAX_METRICS_BYTES, ServerScraper
+from lpxtop.engine.scrape.servers import MAX_METRICS_BYTES, ServerScraper
 from lpxtop.model.server import ServerMetrics
 from tests.unit.test_server_metrics_http import capture, endpoint, http_client, serve
 

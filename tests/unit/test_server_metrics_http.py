@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from lpxtop.engine.server_kinds import probe_kind
-from lpxtop.engine.servers import ServerScraper
+from lpxtop.engine.scrape.kinds import probe_kind
+from lpxtop.engine.scrape.servers import ServerScraper
 from lpxtop.http import HttpClient
 from lpxtop.model.endpoint import EndpointConfig
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lpxtop.engine.metric_names import BY_KIND, VLLM
-from lpxtop.engine.server_exposition import Exposition, NotPrometheusText
-from lpxtop.engine.server_histograms import PackedBuckets, bucket_delta, histogram_quantile, merge
-from lpxtop.engine.server_tracker import MetricsTracker
+from lpxtop.engine.scrape.exposition import Exposition, NotPrometheusText
+from lpxtop.engine.scrape.histograms import PackedBuckets, bucket_delta, histogram_quantile, merge
+from lpxtop.engine.scrape.metric_names import BY_KIND, VLLM
+from lpxtop.engine.scrape.tracker import MetricsTracker
 from lpxtop.model.server import ServerLatency, ServerMetrics
 
 INF = math.inf
@@ -302,9 +302,9 @@ def test_history_stays_thin_and_the_window_still_slides() -> None:
 
 
 def test_histograms_are_read_every_10_s_and_stand_in_between() -> None:
-    from lpxtop.engine.metric_names import histogram_names
-    from lpxtop.engine.server_reparse import ReParser
-    from lpxtop.engine.server_tracker import HISTOGRAMS_EVERY_S
+    from lpxtop.engine.scrape.metric_names import histogram_names
+    from lpxtop.engine.scrape.reparse import ReParser
+    from lpxtop.engine.scrape.tracker import HISTOGRAMS_EVERY_S
 
     assert HISTOGRAMS_EVERY_S == 10.0
     parser = ReParser(frozenset({"vllm:time_to_first_token_seconds", "vllm:generation_tokens_total",
@@ -343,9 +343,9 @@ def test_remembered_latencies_equal_computed_ones(monkeypatch: pytest.MonkeyPatc
     # MetricsTracker.latency remembers a role's quantiles while their inputs are the same objects; over a
     # window that slides, scrapes that leave the histograms out, and a restart, every summary must equal
     # the one computed afresh each time.
-    from lpxtop.engine import server_tracker
-    from lpxtop.engine.metric_names import histogram_names
-    from lpxtop.engine.server_reparse import ReParser
+    from lpxtop.engine.scrape import tracker as server_tracker
+    from lpxtop.engine.scrape.metric_names import histogram_names
+    from lpxtop.engine.scrape.reparse import ReParser
 
     families = frozenset({"vllm:time_to_first_token_seconds", "vllm:generation_tokens_total",
                           "vllm:generation_tokens", "process_start_time_seconds"})

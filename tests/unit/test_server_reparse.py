@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from lpxtop.engine import server_reparse
-from lpxtop.engine.metric_names import (
+from lpxtop.engine.scrape import reparse as server_reparse
+from lpxtop.engine.scrape.exposition import Exposition, NotPrometheusText
+from lpxtop.engine.scrape.metric_names import (
     KINDS,
     TGI,
     VLLM,
@@ -23,8 +24,7 @@ from lpxtop.engine.metric_names import (
     keep_families,
     sample_name,
 )
-from lpxtop.engine.server_exposition import Exposition, NotPrometheusText
-from lpxtop.engine.server_reparse import ReParser
+from lpxtop.engine.scrape.reparse import ReParser
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 CAPTURES = sorted(p.name for p in FIXTURES.glob("*.txt"))

@@ -20,7 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lpxtop.engine.metric_names import (
+from lpxtop.engine.scrape.exposition import Exposition, NotPrometheusText
+from lpxtop.engine.scrape.metric_names import (
     KINDS,
     LLAMACPP,
     TGI,
@@ -30,9 +31,8 @@ from lpxtop.engine.metric_names import (
     histogram_names,
     keep_families,
 )
-from lpxtop.engine.server_exposition import Exposition, NotPrometheusText
-from lpxtop.engine.server_reparse import ReParser
-from lpxtop.engine.server_tracker import MetricsTracker
+from lpxtop.engine.scrape.reparse import ReParser
+from lpxtop.engine.scrape.tracker import MetricsTracker
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 CAPTURES = sorted(p.name for p in FIXTURES.glob("*.txt") if "families" not in p.name)

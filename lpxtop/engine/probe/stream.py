@@ -24,7 +24,7 @@ from lpxtop.engine.probe.errors import StreamError, classify_exception, raise_ht
 from lpxtop.engine.probe.reads import BatchedReads
 from lpxtop.engine.probe.sink import StreamSink
 from lpxtop.engine.probe.tracecontext import TRACEPARENT_HEADER, TraceContext, new_trace_context
-from lpxtop.engine.server_kinds import auth_headers
+from lpxtop.engine.scrape.kinds import auth_headers
 from lpxtop.http import ConnectTimeout, HttpClient, HttpTimeout, PoolTimeout, Timeout
 from lpxtop.model.endpoint import EndpointConfig
 

@@ -337,7 +337,7 @@ class MainScreen(Screen):
                         title=f"SIG{name}", severity="error")
             return
         try:
-            from lpxtop.engine import actions
+            from lpxtop.engine.system import actions
         except ImportError as exc:  # the actions module ships with the engine; degrade, never crash
             self.notify(f"Refused: process actions are unavailable ({exc}).", severity="error")
             return

@@ -34,7 +34,7 @@ _VENDOR_WORDS = {"nvidia": "NVIDIA", "amd": "AMD"}
 
 
 def energy_by_device(endpoints: Sequence[EndpointView]) -> dict[str, float]:
-    """Device key → joules per output token of the endpoint(s) it serves (engine/accel/energy.py)."""
+    """Device key → joules per output token of the endpoint(s) it serves (engine/gpu/accel/energy.py)."""
     out: dict[str, float] = {}
     for view in endpoints:
         energy = getattr(view, "energy", None)

@@ -17,7 +17,7 @@ Every file read here, as the Linux kernel documents it:
   ``temp[1-3]_label`` (edge, junction, mem; temp2/temp3 on SOC15 dGPUs only).
 - ``energy1_input``: hwmon's "cumulative energy use" in microjoules (Documentation/hwmon/sysfs-interface.rst);
   amdgpu does not document one, so it is read only where present (None elsewhere: energy per token then
-  integrates the power readings, engine/accel/energy.py).
+  integrates the power readings, engine/gpu/accel/energy.py).
 
 A file that is missing is a value the card does not have (None, no note); one that cannot be read (a GPU
 in reset answers EPERM, a permission) is None with a note. The root (``/`` normally) is a parameter, or

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import psutil
 
 from lpxtop.engine.diagnosis import model_matches, model_not_served, nothing_listens
-from lpxtop.engine.procinfo import (
+from lpxtop.engine.system.procinfo import (
     ListenScan,
     ProcessScanner,
     ProcInfo,

@@ -34,8 +34,8 @@ from __future__ import annotations
 import math
 import re
 
-from lpxtop.engine.metric_names import belongs, keep_families, sample_name
-from lpxtop.engine.server_exposition import Exposition, Point, as_float
+from lpxtop.engine.scrape.exposition import Exposition, Point, as_float
+from lpxtop.engine.scrape.metric_names import belongs, keep_families, sample_name
 
 # Remembered "is this metric name one lpxtop reads" answers; a page with more names than this (a
 # server with unbounded metric names) starts the memo over instead of growing it.

@@ -5,7 +5,7 @@ Per device also the power draw against its enforced limit, the energy counter
 (`nvmlDeviceGetCurrentClocksEventReasons`, before R535 `...ThrottleReasons`; decoded in accel/throttle.py).
 
 Blocking; the engine calls `GpuCollector.collect` from a worker thread, one call at a time.
-Every NVML call goes through `lpxtop.engine.nvml.Nvml`, so a missing driver, an old driver or an
+Every NVML call goes through `lpxtop.engine.gpu.nvml.Nvml`, so a missing driver, an old driver or an
 unsupported value shows as N/A with a note, never as an exception.
 """
 
@@ -18,9 +18,9 @@ from typing import Any
 
 import psutil
 
-from lpxtop.engine.accel.throttle import nvml_throttle
-from lpxtop.engine.nvml import Nvml, Problems
-from lpxtop.engine.procinfo import redact_argv, safe_name
+from lpxtop.engine.gpu.accel.throttle import nvml_throttle
+from lpxtop.engine.gpu.nvml import Nvml, Problems
+from lpxtop.engine.system.procinfo import redact_argv, safe_name
 from lpxtop.model.gpu import GpuDevice, GpuProcess, GpuSnapshot
 
 # nvml.h constants, literal so nothing here depends on the bindings being importable

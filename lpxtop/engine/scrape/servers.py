@@ -11,12 +11,12 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from lpxtop.engine.metric_names import BY_KIND, KindNames, family_names, histogram_names, sample_name
-from lpxtop.engine.server_exposition import Exposition, NotPrometheusText, short_reason
-from lpxtop.engine.server_kinds import auth_headers, detect_kind, probe_kind
-from lpxtop.engine.server_ollama import looks_like_ps, ollama_metrics
-from lpxtop.engine.server_reparse import ReParser
-from lpxtop.engine.server_tracker import MetricsTracker
+from lpxtop.engine.scrape.exposition import Exposition, NotPrometheusText, short_reason
+from lpxtop.engine.scrape.kinds import auth_headers, detect_kind, probe_kind
+from lpxtop.engine.scrape.metric_names import BY_KIND, KindNames, family_names, histogram_names, sample_name
+from lpxtop.engine.scrape.ollama import looks_like_ps, ollama_metrics
+from lpxtop.engine.scrape.reparse import ReParser
+from lpxtop.engine.scrape.tracker import MetricsTracker
 from lpxtop.http import (
     BodyTooLarge,
     ConnectError,

@@ -9,7 +9,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from lpxtop.engine.metric_names import Ref
+from lpxtop.engine.scrape.metric_names import Ref
 
 Labels = tuple[tuple[str, str], ...]
 

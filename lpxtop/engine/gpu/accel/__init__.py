@@ -1,4 +1,4 @@
-"""Accelerators beyond NVML's own collector (engine/gpu.py, engine/nvml.py): AMD GPUs, throttle reasons,
+"""Accelerators beyond NVML's own collector (engine/gpu/collector.py, engine/gpu/nvml.py): AMD GPUs, throttle reasons,
 energy per output token, and the collector that puts every vendor's devices in one GpuSnapshot.
 
 - `collector.AcceleratorCollector`  NVIDIA (NVML) and AMD (AMD SMI through pyrsmi, or amdgpu sysfs) in one
@@ -14,21 +14,21 @@ from __future__ import annotations
 __all__ = ["AcceleratorCollector", "AmdGpuCollector", "EnergyMeter", "nvml_throttle"]
 
 
-def __getattr__(name: str):  # the face, without importing every part on `import lpxtop.engine.accel`
+def __getattr__(name: str):  # the face, without importing every part on `import lpxtop.engine.gpu.accel`
     if name == "AcceleratorCollector":
-        from lpxtop.engine.accel.collector import AcceleratorCollector
+        from lpxtop.engine.gpu.accel.collector import AcceleratorCollector
 
         return AcceleratorCollector
     if name == "AmdGpuCollector":
-        from lpxtop.engine.accel.amd import AmdGpuCollector
+        from lpxtop.engine.gpu.accel.amd import AmdGpuCollector
 
         return AmdGpuCollector
     if name == "EnergyMeter":
-        from lpxtop.engine.accel.energy import EnergyMeter
+        from lpxtop.engine.gpu.accel.energy import EnergyMeter
 
         return EnergyMeter
     if name == "nvml_throttle":
-        from lpxtop.engine.accel.throttle import nvml_throttle
+        from lpxtop.engine.gpu.accel.throttle import nvml_throttle
 
         return nvml_throttle
     raise AttributeError(name)

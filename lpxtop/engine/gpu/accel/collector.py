@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from lpxtop.engine.accel.amd import AmdGpuCollector
-from lpxtop.engine.gpu import GpuCollector, join_processes
+from lpxtop.engine.gpu.accel.amd import AmdGpuCollector
+from lpxtop.engine.gpu.collector import GpuCollector, join_processes
 from lpxtop.model.gpu import GpuSnapshot
 
 

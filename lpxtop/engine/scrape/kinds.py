@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from lpxtop.engine.metric_names import KINDS, KindNames
-from lpxtop.engine.server_exposition import Exposition
-from lpxtop.engine.server_ollama import looks_like_ps
+from lpxtop.engine.scrape.exposition import Exposition
+from lpxtop.engine.scrape.metric_names import KINDS, KindNames
+from lpxtop.engine.scrape.ollama import looks_like_ps
 from lpxtop.http import HttpClient
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.textsafe import register_credential, register_secret

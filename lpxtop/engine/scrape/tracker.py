@@ -11,9 +11,8 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from lpxtop.engine.metric_names import PROCESS_START, Hist, KindNames, Ref
-from lpxtop.engine.server_exposition import Exposition, Labels, Point
-from lpxtop.engine.server_histograms import (
+from lpxtop.engine.scrape.exposition import Exposition, Labels, Point
+from lpxtop.engine.scrape.histograms import (
     Buckets,
     PackedBuckets,
     bucket_delta,
@@ -21,6 +20,7 @@ from lpxtop.engine.server_histograms import (
     merge,
     observations,
 )
+from lpxtop.engine.scrape.metric_names import PROCESS_START, Hist, KindNames, Ref
 from lpxtop.model.server import ModelServerMetrics, ServerLatency, ServerMetrics, TtftInterval
 
 # (model, outcome key, the remaining labels: engine, tp_rank, ...)

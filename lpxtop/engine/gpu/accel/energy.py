@@ -2,7 +2,7 @@
 
 Both are cumulative counters read at their own moments: the GPUs every second (NVML
 `nvmlDeviceGetTotalEnergyConsumption`, amdgpu hwmon `energy1_input`), the server's
-`vllm:generation_tokens_total` (or its kind's counterpart, engine/metric_names.py) at each scrape. Each
+`vllm:generation_tokens_total` (or its kind's counterpart, engine/scrape/metric_names.py) at each scrape. Each
 counter's value at any moment between two of its readings is interpolated linearly, so both are taken over
 the same interval: from `window_s` before the newest moment every counter has reached, to that moment.
 J/token = ΔE / Δtokens. A GPU without an energy counter has its power readings integrated (trapezoids,

@@ -14,9 +14,16 @@ import os
 import time
 from collections.abc import Callable, Mapping
 
-from lpxtop.engine.accel.amd_smi import AmdSmi, SmiReading
-from lpxtop.engine.accel.amd_sysfs import AmdCard, SysfsReading, find_cards, read_card, same_pci, sysfs_root
-from lpxtop.engine.accel.drm_fdinfo import DrmClients
+from lpxtop.engine.gpu.accel.amd_smi import AmdSmi, SmiReading
+from lpxtop.engine.gpu.accel.amd_sysfs import (
+    AmdCard,
+    SysfsReading,
+    find_cards,
+    read_card,
+    same_pci,
+    sysfs_root,
+)
+from lpxtop.engine.gpu.accel.drm_fdinfo import DrmClients
 from lpxtop.model.gpu import GpuDevice, GpuProcess, GpuSnapshot
 
 RETRY_S = 30.0

@@ -1,0 +1,10 @@
+"""Reading inference servers' own `/metrics`.
+
+- `kinds`: which server answers at an endpoint (vLLM, SGLang, TGI, llama.cpp, Triton, LMDeploy, Ollama) and how
+  it is addressed.
+- `metric_names`: each server's metric names for queue, running, KV cache, preemptions and latency histograms.
+- `exposition`: the Prometheus text exposition, parsed; `reparse`: the fast re-parser for pages seen before.
+- `histograms`: server histograms, their deltas and quantiles over a window.
+- `tracker`: one endpoint's server figures over time; `servers`: the scrape loop's collector.
+- `ollama`: Ollama's `/api/ps`, which stands in for a `/metrics` page.
+"""
