@@ -148,6 +148,35 @@ async def test_alerts_wrap_whole_and_count_what_does_not_fit():
         assert not any(line.rstrip().endswith("…") for line in lines), lines
 
 
+def _error_block(lines: list[str]) -> str:
+    """The endpoints panel's last-error lines, from `last error:` to the panel's bottom border, joined."""
+    start = next(i for i, line in enumerate(lines) if "│ last error: " in line)
+    block = []
+    for line in lines[start:]:
+        if line.lstrip().startswith("╰"):
+            break
+        block.append(line.strip().strip("│").strip())
+    return " ".join(block)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+async def test_the_last_error_wraps_whole_never_cut(size):
+    """What to do is the end of the message: at 80 columns it takes a second line, never an ellipsis."""
+    advice = ("http_401: the server wants an API key: pass --api-key-env NAME, the environment variable that "
+              "holds it (or api_key_env in the config file) (the server said: Unauthorized)")
+    snap = fixed_snapshot()
+    endpoints = tuple(replace(e, last_error=advice) if e.name == "llamacpp-local" else e for e in snap.endpoints)
+    _, app = make_app(replace(snap, endpoints=endpoints))  # llamacpp-local, first by name: the selected row
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        lines = screen_lines(app)
+        block = _error_block(lines)
+        assert block.startswith(f"last error: {advice} (") and block.endswith(" ago)"), block
+        assert not any(line.rstrip().rstrip("│").rstrip().endswith("…") for line in lines if "error" in line)
+        # the table's rows are still there above it
+        assert any("vllm-llama" in line for line in lines)
+
+
 @pytest.mark.parametrize("size", SIZES, ids=size_ids)
 async def test_detail_summary_keeps_its_figures_whole(size):
     _, app = make_app()

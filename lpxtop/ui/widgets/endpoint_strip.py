@@ -1,11 +1,12 @@
-"""One line under the endpoints table about the selected endpoint: TTFT and queue sparklines, the
-client/server TTFT gap and the last error."""
+"""Under the endpoints table, about the selected endpoint: a line of TTFT and queue sparklines and the
+client/server TTFT gap, and under it the last error, wrapped whole across the panel's width (the
+message says what to do: it is never cut, at 80 columns as at 200)."""
 
 from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Static
 
 from lpxtop.model.snapshot import EndpointView
@@ -17,21 +18,24 @@ from lpxtop.ui.widgets.spark_bars import SparkBars
 SPARK_POINTS = 60  # at most this many points: a sparkline narrower than that averages them
 
 
-class EndpointStrip(Horizontal):
-    """Sparklines and facts for the endpoint under the cursor."""
+class EndpointStrip(Vertical):
+    """Sparklines and facts for the endpoint under the cursor, and its last error on lines of its own."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._ttft: list[float] | None = None
         self._queue: list[float] | None = None
         self._info_key: tuple | None = None
+        self._error_key: tuple | None = None
 
     def compose(self) -> ComposeResult:
-        yield Label("TTFT", classes="strip-label")
-        yield SparkBars(id="spark-ttft")
-        yield Label("queue", classes="strip-label")
-        yield SparkBars(id="spark-queue")
-        yield Static("", id="strip-info")
+        with Horizontal(id="strip-row"):
+            yield Label("TTFT", classes="strip-label")
+            yield SparkBars(id="spark-ttft")
+            yield Label("queue", classes="strip-label")
+            yield SparkBars(id="spark-queue")
+            yield Static("", id="strip-info")
+        yield Static("", id="strip-error")
 
     def show(self, view: EndpointView | None, now: float, palette: Palette, *, force: bool = False) -> None:
         """Show `view`; each part is updated only when its data changed."""
@@ -51,19 +55,25 @@ class EndpointStrip(Horizontal):
             spark = self.query_one("#spark-queue", SparkBars)
             spark.data = queue
             spark.set_class(not queue, "-empty")
-        # The time enters only through "(12s ago)" after a last error: without one the line stays put.
-        info_key = (
-            (view.name, view.ttft_gap, view.last_error, view.last_error_time,
-             fmt_ago(view.last_error_time, now) if view.last_error else None, id(palette))
-            if view
-            else None
-        )
+        self.set_class(not ttft and not queue, "-flat")
+        info_key = (view.name, view.ttft_gap, bool(view.last_error), id(palette)) if view else None
         if info_key != self._info_key or force:
             self._info_key = info_key
-            self.query_one("#strip-info", Static).update(self._info(view, now, palette), layout=False)
+            self.query_one("#strip-info", Static).update(self._info(view, palette), layout=False)
+        # The time enters only through "(12s ago)" after a last error: without one the line stays put.
+        error = self.query_one("#strip-error", Static)
+        error_key = (
+            (view.last_error, fmt_ago(view.last_error_time, now), id(palette)) if view and view.last_error else None
+        )
+        if error_key != self._error_key or force:
+            self._error_key = error_key
+            error.display = error_key is not None
+            if view is not None and view.last_error:
+                # wrapped by the widget to its width; its height may change: lay out again
+                error.update(error_line(view.last_error, fmt_ago(view.last_error_time, now), palette))
 
     @staticmethod
-    def _info(view: EndpointView | None, now: float, palette: Palette) -> Text:
+    def _info(view: EndpointView | None, palette: Palette) -> Text:
         if view is None:
             return Text("")
         text = Text(no_wrap=True, overflow="ellipsis")
@@ -76,10 +86,17 @@ class EndpointStrip(Horizontal):
                 text.append(f" ({fmt_signed_ms(gap.low_ms)}…{fmt_signed_ms(gap.high_ms)})", style=palette.muted)
             else:
                 text.append(f" (exact, {gap.probes} probe{'s' if gap.probes != 1 else ''})", style=palette.muted)
-        text.append("  last error: ")
-        if view.last_error:
-            text.append(view.last_error, style=palette.critical)
-            text.append(f" ({fmt_ago(view.last_error_time, now)})", style=palette.muted)
-        else:
+        if not view.last_error:  # otherwise the error has lines of its own (#strip-error)
+            text.append("  last error: ")
             text.append("none", style=palette.muted)
         return text
+
+
+def error_line(error: str, ago: str, palette: Palette) -> Text:
+    """`last error: KIND: MESSAGE (AGO)`, the message in the critical style, to be wrapped whole (words
+    longer than the line are folded, never cut)."""
+    text = Text(overflow="fold")
+    text.append("last error: ")
+    text.append(" ".join(error.split()), style=palette.critical)
+    text.append(f" ({ago})", style=palette.muted)
+    return text
