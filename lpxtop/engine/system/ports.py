@@ -31,7 +31,7 @@ from lpxtop.engine.system.procinfo import (
     tcp_connects,
 )
 from lpxtop.model.endpoint import EndpointConfig
-from lpxtop.model.ports import LeftoverProcess, PortStatus
+from lpxtop.model.ports import LeftoverProcess, PortStatus, with_endpoints
 
 
 def is_root() -> bool:
@@ -120,7 +120,7 @@ class PortMonitor:
             for memory in (self._last_pid, self._restarts):
                 for key in [k for k in memory if k not in live]:
                     del memory[key]
-            return tuple(statuses), tuple(leftovers)
+            return with_endpoints(statuses), tuple(leftovers)
         except Exception as exc:
             return tuple(
                 PortStatus(

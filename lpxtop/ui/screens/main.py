@@ -10,6 +10,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
+from lpxtop.model.ports import endpoints_by_process
 from lpxtop.model.snapshot import EndpointView, Snapshot
 from lpxtop.ui.screens.confirm import ConfirmSignalScreen
 from lpxtop.ui.screens.help import HelpPage, main_help
@@ -19,7 +20,7 @@ from lpxtop.ui.widgets.endpoints_table import SORT_KEYS, EndpointsTable, filter_
 from lpxtop.ui.widgets.gpu_panel import GpuLine, GpuPanel, energy_by_device, no_gpu
 from lpxtop.ui.widgets.header_bar import HeaderBar, render_header
 from lpxtop.ui.widgets.host_panel import HostPanel
-from lpxtop.ui.widgets.ports_panel import PortsPanel, endpoints_by_process
+from lpxtop.ui.widgets.ports_panel import PortsPanel
 from lpxtop.ui.widgets.row_table import RowTable
 from lpxtop.ui.widgets.timebar import TimeBar
 

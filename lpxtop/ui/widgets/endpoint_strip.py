@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Static
 
 from lpxtop.model.snapshot import EndpointView
-from lpxtop.ui.formatting import fmt_ago, fmt_signed_ms
+from lpxtop.ui.formatting import UNKNOWN, fmt_ago, fmt_signed_ms
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.widgets.endpoints_table import gap_text
 from lpxtop.ui.widgets.spark_bars import SparkBars
@@ -93,10 +93,11 @@ class EndpointStrip(Vertical):
 
 
 def error_line(error: str, ago: str, palette: Palette) -> Text:
-    """`last error: KIND: MESSAGE (AGO)`, the message in the critical style, to be wrapped whole (words
+    """`last error: KIND: MESSAGE (AGO)` (the age when known), the message in the critical style, to be wrapped whole (words
     longer than the line are folded, never cut)."""
     text = Text(overflow="fold")
     text.append("last error: ")
     text.append(" ".join(error.split()), style=palette.critical)
-    text.append(f" ({ago})", style=palette.muted)
+    if ago != UNKNOWN:  # a source that keeps no time (the fleet view) says nothing of it
+        text.append(f" ({ago})", style=palette.muted)
     return text
