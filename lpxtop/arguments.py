@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 # Option names that carry a secret as their value (the same words lpxtop masks in other processes'
-# command lines, engine/system/procinfo.py): --api-key, --api-keys, --token, --hf-token, --bearer, --password,
+# command lines, engine/system/shown.py): --api-key, --api-keys, --token, --hf-token, --bearer, --password,
 # --secret, --credentials, -k. Names ending in -env name a variable, not a key (--api-key-env).
 _SECRET_OPTION = re.compile(
     r"^(?:--?(?:[\w-]*[-_])?(?:keys?|tokens?(?<!_tokens)(?<!-tokens)|secrets?|password|passwd|bearer|credentials?)|-k)$",
