@@ -15,7 +15,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from lpxtop.arguments import is_env_name
 from lpxtop.durations import DurationError, format_duration, parse_duration
 from lpxtop.model.endpoint import PLATFORM_APIS, SECRET_PARAM, EndpointConfig
 from lpxtop.model.server import SERVER_KINDS
@@ -186,6 +185,14 @@ ENGINE_KEYS: dict[str, tuple[type | tuple[type, ...], tuple[float, float] | None
 SETTINGS_TABLES = {"ui": UI_KEYS, "engine": ENGINE_KEYS}
 # Settings that take a duration ("30s", "5m" or seconds): read with lpxtop.durations, kept as seconds.
 DURATION_SETTINGS = {"refresh", "window"}
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def is_env_name(text: str) -> bool:
+    """True when `text` can be an environment variable's name (letters, digits, _; not a digit first)."""
+    return bool(_ENV_NAME.match(text))
+
 
 # RFC 9110 field names are tokens; values may not hold CR, LF or NUL (they would split the request:
 # header injection) nor anything outside Latin-1 (they cannot be sent).
