@@ -15,15 +15,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+from lpxtop.checks import ConfigError, check_http_url
 from lpxtop.durations import DurationError, format_duration, parse_duration
 from lpxtop.model.endpoint import PLATFORM_APIS, SECRET_PARAM, EndpointConfig
 from lpxtop.model.server import SERVER_KINDS
 from lpxtop.textsafe import register_secret
-
-
-class ConfigError(Exception):
-    """A usage or configuration mistake; the message says where and what to do. Exit status 2."""
-
 
 ENDPOINT_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
     # file key: (EndpointConfig field, accepted TOML types)
@@ -226,19 +222,6 @@ def check_header(name: object, value: object) -> None:
     except UnicodeEncodeError:
         raise ConfigError(f"header {name!r}: its value holds characters outside Latin-1, which HTTP/1.1 cannot "
                           "send; percent-encode them") from None
-
-
-def check_http_url(text: str, what: str) -> str:
-    """An absolute http(s) URL with a host (a metrics URL), stripped; ConfigError otherwise."""
-    url = text.strip()
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{what} {text!r} must be an http:// or https:// URL with a host")
-    try:
-        parts.port  # noqa: B018 - validates the port
-    except ValueError:
-        raise ConfigError(f"{what} {text!r}: the port is not a number between 0 and 65535") from None
-    return url
 
 
 @dataclass

@@ -14,11 +14,11 @@ import os
 import sys
 from collections.abc import Callable
 
+from lpxtop.checks import ConfigError
 from lpxtop.cli.arguments import env_name
 from lpxtop.config import (
     MAX_SECONDS,
     MIN_SECONDS,
-    ConfigError,
     FileConfig,
     apply_overrides,
     endpoints_from_urls,

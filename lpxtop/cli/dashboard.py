@@ -8,6 +8,7 @@ import gc
 import sys
 from typing import Any
 
+from lpxtop.checks import ConfigError
 from lpxtop.cli.arguments import ArgumentParser
 from lpxtop.cli.common import (
     SWITCH_INTERVAL_S,
@@ -18,7 +19,6 @@ from lpxtop.cli.common import (
     seconds,
 )
 from lpxtop.cli.otlp import add_otlp_flags, otlp_for, stop_otlp
-from lpxtop.config import ConfigError
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:

@@ -15,11 +15,11 @@ import sys
 from collections.abc import Sequence
 
 from lpxtop import __version__
+from lpxtop.checks import ConfigError
 from lpxtop.cli.arguments import ArgumentParser
 from lpxtop.cli.common import add_endpoint_flags, add_record_flags, add_ui_flags
 from lpxtop.cli.dashboard import run_dashboard
 from lpxtop.cli.otlp import add_otlp_flags
-from lpxtop.config import ConfigError
 
 # Each subcommand's module: `build_parser(command)` and `run(command, args) -> int`. The module is imported
 # only when its subcommand is used.

@@ -7,10 +7,10 @@ import signal
 import sys
 import threading
 
+from lpxtop.checks import ConfigError
 from lpxtop.cli.arguments import ArgumentParser
 from lpxtop.cli.common import add_endpoint_flags, engine_for, load_endpoints, seconds
 from lpxtop.cli.otlp import add_otlp_flags, otlp_for, stop_otlp
-from lpxtop.config import ConfigError
 from lpxtop.http import is_loopback
 
 DESCRIPTION = """\

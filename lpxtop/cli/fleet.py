@@ -62,7 +62,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
 
 
 def settings_from_args(args: argparse.Namespace):
-    from lpxtop.config import ConfigError
+    from lpxtop.checks import ConfigError
     from lpxtop.fleet.client import normalize_base
     from lpxtop.fleet.promql import FleetQueries, SelectorError, check_duration, parse_matchers
     from lpxtop.fleet.source import FleetSettings

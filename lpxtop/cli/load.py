@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import replace
 
+from lpxtop.checks import ConfigError
 from lpxtop.cli.arguments import ArgumentParser, env_name
 from lpxtop.cli.common import (
     SWITCH_INTERVAL_S,
@@ -25,7 +26,7 @@ from lpxtop.cli.common import (
     seconds,
 )
 from lpxtop.cli.otlp import add_otlp_flags, start_otlp, stop_otlp
-from lpxtop.config import MIN_SECONDS, ConfigError, normalize_url
+from lpxtop.config import MIN_SECONDS, normalize_url
 from lpxtop.durations import DurationError, format_duration, parse_duration
 from lpxtop.http import is_loopback
 from lpxtop.load.plan import (

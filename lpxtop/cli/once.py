@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lpxtop.checks import ConfigError
 from lpxtop.cli.arguments import ArgumentParser
 from lpxtop.cli.common import (
     SWITCH_INTERVAL_S,
@@ -16,7 +17,6 @@ from lpxtop.cli.common import (
     positive_int,
 )
 from lpxtop.cli.otlp import add_otlp_flags, otlp_for, stop_otlp
-from lpxtop.config import ConfigError
 from lpxtop.jsonout import dumps
 
 

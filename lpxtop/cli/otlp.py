@@ -8,8 +8,8 @@ import argparse
 import sys
 from typing import Any
 
+from lpxtop.checks import ConfigError
 from lpxtop.cli.common import duration_between
-from lpxtop.config import ConfigError
 from lpxtop.otel.settings import MAX_INTERVAL_S, MIN_INTERVAL_S, parse_share, resolve
 
 MISSING = ("OpenTelemetry export needs the OpenTelemetry packages, which this installation lacks: "

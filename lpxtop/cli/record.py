@@ -14,10 +14,10 @@ import threading
 import time
 from pathlib import Path
 
+from lpxtop.checks import ConfigError
 from lpxtop.cli.arguments import ArgumentParser
 from lpxtop.cli.common import add_endpoint_flags, add_ui_flags, duration_between, engine_for, load_endpoints
 from lpxtop.cli.otlp import add_otlp_flags, otlp_for, stop_otlp
-from lpxtop.config import ConfigError
 from lpxtop.durations import format_duration
 
 FMT = argparse.RawDescriptionHelpFormatter

@@ -94,18 +94,6 @@ def test_every_command_line_module_lives_in_lpxtop_cli():
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Circles known today, to be broken by the redesign that owns them: the modules of each may import one
-# another, and no other module may join them. A circle outside these groups fails the test, and so does
-# a group with no circle left in it (take it off the list).
-KNOWN_CIRCLES = [
-    # config.py checks the [otlp], [traces] and exporter tables with each feature's settings module,
-    # imported inside a function, and those modules raise config.py's ConfigError.
-    frozenset({
-        "lpxtop.config", "lpxtop.otel.settings", "lpxtop.export.settings", "lpxtop.engine.traces.settings",
-    }),
-]
-
-
 def _module_names(root: Path, package: str) -> dict[str, Path]:
     names = {}
     for path in sorted(root.rglob("*.py")):
@@ -227,11 +215,8 @@ def test_imports_are_read_at_module_level_and_in_functions_but_not_under_type_ch
 def test_the_import_graph_of_lpxtop_has_no_circle():
     graph = _import_graph()
     assert "lpxtop.sim.toolcall_options" in graph["lpxtop.sim.config"]  # the graph is read at all
-    circles = _circles(graph)
-    unknown = [sorted(c) for c in circles if not any(c <= known for known in KNOWN_CIRCLES)]
-    assert unknown == [], f"import circles in lpxtop/: {unknown}"
-    gone = [sorted(known) for known in KNOWN_CIRCLES if not any(c <= known for c in circles)]
-    assert gone == [], f"no circle is left in these: take them off KNOWN_CIRCLES: {gone}"
+    circles = sorted(sorted(c) for c in _circles(graph))
+    assert circles == [], f"import circles in lpxtop/: {circles}"
 
 
 # The HTTP wing's white-box tests and the benchmark that counts its reads may name its modules.

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from lpxtop import textsafe
-from lpxtop.config import ConfigError, load_config_file
+from lpxtop.checks import ConfigError
+from lpxtop.config import load_config_file
 from lpxtop.otel.settings import (
     DEFAULT_ENDPOINT,
     OtlpSettings,

@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from lpxtop.config import ConfigError, load_config_file
+from lpxtop.checks import ConfigError
+from lpxtop.config import load_config_file
 from lpxtop.model.events import SampleEvent, SnapshotEvent
 from lpxtop.model.probe import Sample
 from lpxtop.record.reading import Recording
