@@ -36,7 +36,7 @@ from sim_processes import REPO, Sims, stop_process  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 from lpxtop import cli  # noqa: E402
-from lpxtop.assemble import build_engine  # noqa: E402
+from lpxtop.cli.assemble import build_engine  # noqa: E402
 from lpxtop.config import endpoints_from_urls  # noqa: E402
 from lpxtop.engine.probe import clientlimit  # noqa: E402
 from lpxtop.engine.probe.clientlimit import LAG_TICK_S, LoopLag  # noqa: E402

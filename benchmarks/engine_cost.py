@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psutil  # noqa: E402
 from sim_processes import sim_processes  # noqa: E402
 
-from lpxtop.assemble import build_engine  # noqa: E402
+from lpxtop.cli.assemble import build_engine  # noqa: E402
 from lpxtop.config import endpoints_from_urls  # noqa: E402
 
 

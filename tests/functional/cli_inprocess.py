@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from lpxtop.cli import main
+from lpxtop.cli.entry import main
 
 
 @dataclass

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 SIM_AS_OTHER_SERVER = (
     "import sys\n"
     "del sys.argv[1]  # the server's subcommand ('serve'): the sim has none\n"
-    "from lpxtop.sim.cli import main\n"
+    "from lpxtop.cli.sim import main\n"
     "raise SystemExit(main())\n"
 )
 

@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.functional.simhelpers import endpoint, free_port

@@ -138,7 +138,7 @@ def test_protobuf_nested_past_the_decoders_depth_is_a_bad_body():
         otlp.parse_request(body, otlp.CONTENT_PROTOBUF)
 
 
-@pytest.mark.parametrize("module", ["lpxtop.cli", "lpxtop.engine.traces", "lpxtop.engine.traces.settings",
+@pytest.mark.parametrize("module", ["lpxtop.cli.entry", "lpxtop.engine.traces", "lpxtop.engine.traces.settings",
                                     "lpxtop.sim.server", "lpxtop.engine.runner"])
 def test_importing_lpxtop_does_not_import_protobuf(module):
     # opentelemetry-proto costs ~0.1 s of start-up: only a receiver or the sim's exporter loads it
