@@ -40,17 +40,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from sim_processes import REPO, SIM_START_TIMEOUT_S, stop_process  # noqa: E402
-
-from lpxtop.engine.probe import run_probe  # noqa: E402
-from lpxtop.http import HttpClient  # noqa: E402
-from lpxtop.http.connection import StreamProtocol  # noqa: E402
-from lpxtop.model.endpoint import EndpointConfig  # noqa: E402
+from benchmarks.sim_processes import REPO, SIM_START_TIMEOUT_S, stop_process
+from lpxtop.engine.probe import run_probe
+from lpxtop.http import HttpClient
+from lpxtop.http.connection import StreamProtocol
+from lpxtop.model.endpoint import EndpointConfig
 
 MODEL = "sim-bench"
 

@@ -34,10 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import psutil
 
-import psutil  # noqa: E402
-from sim_processes import REPO, sim_processes, stop_process  # noqa: E402
+from benchmarks.sim_processes import REPO, sim_processes, stop_process
 
 CHILD = """
 import json, sys, time
@@ -191,7 +190,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.micro:
         return micro()
-    from tests.functional.otlp_receiver import start_receiver, stop_receiver
+    from tests.support.otlp_receiver import start_receiver, stop_receiver
 
     healthy = start_receiver()
     hung = start_receiver(mode="slow", delay_s=30.0)

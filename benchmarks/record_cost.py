@@ -40,8 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_processes import REPO, sim_processes, stop_process  # noqa: E402
+from benchmarks.sim_processes import REPO, sim_processes, stop_process
 
 TARGET_MB_PER_HOUR = 5.0
 TARGET_CPU_PCT = 0.3

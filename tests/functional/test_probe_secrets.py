@@ -14,8 +14,8 @@ from lpxtop.engine.probe import fetch_models, run_probe
 from lpxtop.engine.scrape.kinds import auth_headers
 from lpxtop.http import HttpClient
 from lpxtop.textsafe import scrub
-from tests.functional.hostile import HostileServer, Reply, Request
-from tests.functional.simhelpers import endpoint
+from tests.support.hostile import HostileServer, Reply, Request
+from tests.support.sim import endpoint
 
 KEY = "sk-echo-" + "k3" * 12
 HEADER_SECRET = "org-" + "z8" * 10

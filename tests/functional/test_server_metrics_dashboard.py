@@ -19,7 +19,7 @@ from lpxtop.engine.scrape.servers import ServerScraper
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.ui.app import create_app
 from lpxtop.ui.widgets.endpoints_table import EndpointsTable
-from tests.unit.test_server_metrics_http import serve
+from tests.support.metrics_server import serve
 
 PAGES = [
     "# TYPE vllm:num_requests_waiting gauge\n"

@@ -10,8 +10,8 @@ import pytest
 
 from lpxtop.engine.probe import fetch_models, run_probe
 from lpxtop.http import HttpClient, ReadTimeout, Timeout
-from tests.functional.http_servers import raw_server, read_request, trickle
-from tests.functional.simhelpers import endpoint
+from tests.support.http_servers import raw_server, read_request, trickle
+from tests.support.sim import endpoint
 
 pytestmark = pytest.mark.timeout(30)
 

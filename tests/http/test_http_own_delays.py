@@ -19,7 +19,6 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -30,12 +29,12 @@ from lpxtop.http.framing import LINES_PER_STEP
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.records import token_times_ns
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.http_servers import raw_server, read_request
-from tests.functional.simhelpers import endpoint, fidelity_errors, p
+from tests.support.http_servers import raw_server, read_request
+from tests.support.paths import REPO
+from tests.support.sim import endpoint, fidelity_errors, p
 
 pytestmark = pytest.mark.timeout(120)
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def tiny_chunks(body_bytes: int) -> bytes:

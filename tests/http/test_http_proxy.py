@@ -20,7 +20,7 @@ from lpxtop.http import HttpClient, ProxyError, UnsupportedProtocol, is_loopback
 from lpxtop.http.proxies import ProxySettings
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.http_servers import (
+from tests.support.http_servers import (
     ForwardProxy,
     answer_each,
     answer_once,
@@ -28,7 +28,8 @@ from tests.functional.http_servers import (
     raw_server,
     server_tls,
 )
-from tests.functional.simhelpers import endpoint, free_port
+from tests.support.ports import free_port
+from tests.support.sim import endpoint
 
 pytestmark = pytest.mark.timeout(30)
 

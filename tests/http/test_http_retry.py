@@ -12,8 +12,8 @@ import pytest
 
 from lpxtop.engine.probe import run_probe
 from lpxtop.http import HttpClient, ReadTimeout, RemoteProtocolError, Timeout
-from tests.functional.http_servers import raw_server, read_request, sse_response
-from tests.functional.simhelpers import endpoint
+from tests.support.http_servers import raw_server, read_request, sse_response
+from tests.support.sim import endpoint
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -52,12 +52,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from realserver_harness import (
+
+from tests.support.realservers import (
     VLLM_MODEL,
     ServerProcess,
     missing_parts,
@@ -68,7 +67,6 @@ from realserver_harness import (
 )
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(1200)]
-REPO = Path(__file__).resolve().parents[2]
 LEVELS = (1, 2)
 PROBES, ROUNDS = 30, 15
 SLOTS = 4
@@ -113,8 +111,6 @@ def vllm_4_slots() -> Iterator[ServerProcess]:
 
 def load_reference():
     """benchmarks/reference.py, the script whose short run this is."""
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
     from benchmarks import reference
 
     return reference

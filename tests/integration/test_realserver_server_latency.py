@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from realserver_harness import VLLM_MODEL, import_lpxtop, raw_scrape, wait_idle
 
 from lpxtop.model.endpoint import EndpointConfig
+from tests.support.realservers import VLLM_MODEL, import_lpxtop, raw_scrape, wait_idle
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(600)]
 

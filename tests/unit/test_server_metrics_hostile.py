@@ -16,7 +16,7 @@ from aiohttp import web
 
 from lpxtop.engine.scrape.servers import MAX_METRICS_BYTES, ServerScraper
 from lpxtop.model.server import ServerMetrics
-from tests.unit.test_server_metrics_http import capture, endpoint, http_client, serve
+from tests.support.metrics_server import capture, endpoint, http_client, serve
 
 LABELS = 'engine="0",model_name="m"'
 
