@@ -8,7 +8,9 @@ the same output length (`--ignore-eos`) and the same prompt length by the server
 `--input-tokens` is set to what the server counted for the benchmark's `--random-input-len` in the level's
 first run), and the same
 number of rounds: the benchmark gets `--rounds` × C prompts, lpxtop a one-round warm-up and a window of
-the other rounds (a round's length taken from the benchmark's run). lpxtop also runs with `--stagger`
+the other rounds (a round's length taken from the benchmark's run). lpxtop runs twice: with `--ttft-from call`
+(the reference's clock, started when a request is made: the mode held to the reference within 15 % + 5 ms)
+and with its own clock (started when the request goes out). It also runs with `--stagger`
 (its workers spread over the warm-up instead of starting together), which the reference cannot do.
 
 It prints one markdown table: per level and client, the median over the repeats of TTFT p50 (with the
@@ -58,6 +60,7 @@ BENCH = REPO / "tests" / "integration" / "realservers" / "vllm-bench.sh"
 AGREE_SHARE, AGREE_MS = 0.15, 5.0
 MIN_PROMPTS = 16  # at C=1 a few rounds are too few requests for a p50
 RUN_TIMEOUT_S = 1200.0
+CLIENTS = {"call": "lpxtop load --ttft-from call", "sent": "lpxtop load", "stagger": "lpxtop load --stagger"}
 
 
 @dataclass
@@ -151,13 +154,16 @@ def bench(base: str, level: int, args, out_dir: Path, repeat: int, server: str, 
 
 
 def lpxtop(base: str, level: int, args, out_dir: Path, repeat: int, server: str, round_s: float,
-           prompt_tokens: int | None, stagger: bool) -> Run:
-    client = "lpxtop load --stagger" if stagger else "lpxtop load"
+           prompt_tokens: int | None, mode: str) -> Run:
+    """One `lpxtop load` run; `mode`: "call" (--ttft-from call, the reference's clock), "sent" (the
+    default clock) or "stagger"."""
+    client = CLIENTS[mode]
+    stagger = mode == "stagger"
     run = Run(server, level, client, repeat)
     rounds = max(args.rounds, -(-MIN_PROMPTS // level))
     warmup = max(1.0, round_s * (1.5 if stagger else 1.0))
     duration = max(1.0, round_s * (rounds - 1))
-    name = out_dir / f"lpx-{server}-{level}-{repeat}-{int(stagger)}.json"
+    name = out_dir / f"lpx-{server}-{level}-{repeat}-{mode}.json"
     cmd = [sys.executable, "-m", "lpxtop", "load", base, "--concurrency", str(level), "--output-tokens",
            str(args.output_tokens), "--ignore-eos", "--warmup", f"{warmup:.2f}", "--duration", f"{duration:.2f}",
            "--no-ui", "--no-record", "--json", str(name), "--seed", str(repeat)]
@@ -165,6 +171,8 @@ def lpxtop(base: str, level: int, args, out_dir: Path, repeat: int, server: str,
         cmd += ["--input-tokens", str(prompt_tokens)]
     if stagger:
         cmd.append("--stagger")
+    if mode == "call":
+        cmd += ["--ttft-from", "call"]
     started = time.monotonic()
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     run.seconds = time.monotonic() - started
@@ -236,14 +244,17 @@ def measure(base: str, server: str, levels: list[int], args, out_dir: Path) -> l
                     if prompt_tokens is None and r.prompt_tokens:
                         prompt_tokens = round(r.prompt_tokens)
                     row.runs.append(r)
+                    print(f"[{server}] C={level} repeat {repeat + 1}: {row.runs[-1].client}: TTFT p50 "
+                          f"{fmt(row.runs[-1].ttft_p50)} ms {row.runs[-1].note}", file=sys.stderr, flush=True)
                 else:
-                    row.runs.append(with_server_ttft(base, lpxtop, base, level, args, out_dir, repeat, server,
-                                                     row.round_s or 5.0, prompt_tokens, stagger=False))
-                print(f"[{server}] C={level} repeat {repeat + 1}: {row.runs[-1].client}: TTFT p50 "
-                      f"{fmt(row.runs[-1].ttft_p50)} ms {row.runs[-1].note}", file=sys.stderr, flush=True)
+                    for mode in ("call", "sent"):  # the reference's clock, then lpxtop's own
+                        row.runs.append(with_server_ttft(base, lpxtop, base, level, args, out_dir, repeat, server,
+                                                         row.round_s or 5.0, prompt_tokens, mode=mode))
+                        print(f"[{server}] C={level} repeat {repeat + 1}: {row.runs[-1].client}: TTFT p50 "
+                              f"{fmt(row.runs[-1].ttft_p50)} ms {row.runs[-1].note}", file=sys.stderr, flush=True)
             if args.stagger and level > 1:
                 row.runs.append(with_server_ttft(base, lpxtop, base, level, args, out_dir, repeat, server,
-                                                 row.round_s or 5.0, prompt_tokens, stagger=True))
+                                                 row.round_s or 5.0, prompt_tokens, mode="stagger"))
                 print(f"[{server}] C={level} repeat {repeat + 1}: lpxtop --stagger: TTFT p50 "
                       f"{fmt(row.runs[-1].ttft_p50)} ms {row.runs[-1].note}", file=sys.stderr, flush=True)
     return found
@@ -270,7 +281,7 @@ def table(levels: list[Level]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in levels:
         ref = median([r.ttft_p50 for r in row.runs if r.client == "vllm bench serve"])
-        for client in ("vllm bench serve", "lpxtop load", "lpxtop load --stagger"):
+        for client in ("vllm bench serve", *CLIENTS.values()):
             runs = [r for r in row.runs if r.client == client]
             if not runs:
                 continue
@@ -279,9 +290,11 @@ def table(levels: list[Level]) -> str:
             spread = f" ({min(p50s):.0f}–{max(p50s):.0f})" if len(p50s) > 1 else ""
             if client == "vllm bench serve":
                 verdict = "reference"
-            elif client == "lpxtop load":
+            elif client == CLIENTS["call"]:  # the mode that claims to match the reference
                 ok = agrees(p50, ref)
                 verdict = "--" if ok is None else ("yes" if ok else "**no**")
+            elif client == CLIENTS["sent"]:  # lpxtop's own clock: its own send delay left out
+                verdict = f"own clock: {p50 / ref:.2f}× the reference" if p50 and ref else "--"
             else:
                 verdict = f"other load: {p50 / ref:.1f}× the reference" if p50 and ref else "--"
             limited = " (client-limited)" if any(r.client_limited for r in runs) else ""

@@ -112,6 +112,9 @@ def build_parser(command: str) -> argparse.ArgumentParser:
                       help="closed loop: spread the workers' first requests over the warm-up instead of sending "
                       "them at once (as vllm bench serve does), so that they do not go in rounds; make the warm-up "
                       "at least one request long. The report's rhythm says how synchronised the sends were")
+    load.add_argument("--ttft-from", choices=("sent", "call"), default="sent",
+                      help="where each request's clock starts: when it goes out (default), or when lpxtop's worker "
+                      "makes it, before lpxtop's own loop sends it: vllm bench serve's clock, to compare with it")
     load.add_argument("--seed", type=int, default=0, help="seed of the arrival times (default 0)")
     slo = parser.add_argument_group("SLO and capacity search")
     slo.add_argument("--slo", metavar="OBJECTIVES", help='judge each step, e.g. "ttft_p95<=500ms,e2e_p95<=10s,error_rate<=1%%"')
@@ -231,6 +234,7 @@ def _plan_from_args(args: argparse.Namespace) -> LoadPlan:
         warmup_s=args.warmup, burstiness=args.burstiness, max_concurrency=args.max_concurrency, slo=slo,
         seed=args.seed, max_steps=args.max_steps, precision=args.precision, lag_limit_ms=args.client_lag_limit,
         cpu_wait_limit=args.client_cpu_wait_limit, stagger=args.stagger,
+        ttft_from=args.ttft_from,
     )
     if args.sweep:
         if slo is None:

@@ -342,6 +342,7 @@ class LoadController:
             seed=plan.seed + index,
             stagger_s=plan.warmup_s if plan.stagger and concurrency is not None else 0.0,
             head_words=plan.head_words(tokens, self.calibration),
+            ttft_from=plan.ttft_from,
         )
         base = StepResult(
             index=index, mode=plan.mode, level=level, concurrency=concurrency, request_rate=rate,
@@ -405,7 +406,8 @@ class LoadController:
             goodput_bounds=plan.slo.request_bounds() if plan.slo else None,
             client=health, server=server, status=run.status,
         )
-        rhythm = rhythm_of([r.start_ns for r in counted.records], schedule=plan.schedule, workers=concurrency)
+        rhythm = rhythm_of([r.start_ns for r in counted.records], schedule=plan.schedule, workers=concurrency,
+                           ttft_from=plan.ttft_from)
         step = replace(step, arrivals_delayed=run.arrivals_delayed, wall_s=end_perf - times.start,
                        window_extended_s=run.window_extended_s, rhythm=rhythm)
         if plan.slo is not None:

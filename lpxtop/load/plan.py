@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from lpxtop.engine.probe.stream import TTFT_FROM
 from lpxtop.load.prompts import HEAD_WORDS, Calibration, filler_text
 from lpxtop.load.search import CapacitySearch, Walk
 from lpxtop.load.slo import Slo
@@ -47,6 +48,7 @@ class LoadPlan:
     lag_limit_ms: float = LAG_LIMIT_MS
     cpu_wait_limit: float = CPU_WAIT_LIMIT
     warmup_requests: int = 2
+    ttft_from: str = "sent"  # "call": each request's clock starts when it is made, as vllm bench serve's
     stagger: bool = False  # closed loop: spread the workers' first requests over the warm-up (lpxtop/load/rhythm.py)
 
     def __post_init__(self) -> None:
@@ -60,6 +62,8 @@ class LoadPlan:
             raise ValueError("--sweep searches concurrency or rate, not input tokens")
         if self.search and self.slo is None:
             raise ValueError("--sweep needs an --slo to search for")
+        if self.ttft_from not in TTFT_FROM:
+            raise ValueError(f"--ttft-from is one of {', '.join(TTFT_FROM)}, not {self.ttft_from!r}")
         if self.stagger and self.open_loop:
             raise ValueError("--stagger spreads a closed loop's workers: an open loop's arrivals are already apart")
         if self.stagger and self.warmup_s <= 0:
@@ -153,6 +157,7 @@ class LoadPlan:
             "burstiness": self.burstiness if self.open_loop else None,
             "max_concurrency": self.max_concurrency if self.open_loop else None,
             "schedule": self.schedule,
+            "ttft_from": self.ttft_from,
             "random_prefix": self.endpoint.random_prefix,
             "timeout_s": self.endpoint.timeout_s,
             "first_token_timeout_s": self.endpoint.first_token_timeout_s,

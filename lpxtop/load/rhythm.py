@@ -18,6 +18,8 @@ Two figures over the send times of a step's counted requests (all the requests s
 
 `schedule` says how the closed loop's workers started: "together" (at once, as `vllm bench serve`) or
 "staggered" (`--stagger`: spread over the warm-up, so that they stay apart); "arrivals" for an open loop.
+`ttft_from` says where each request's clock started: "sent" (when it went out, lpxtop's default) or "call"
+(`--ttft-from call`: when the worker made it, before lpxtop's own loop sent it, as `vllm bench serve`).
 """
 
 from __future__ import annotations
@@ -61,10 +63,11 @@ def dispersion(send_ns: Sequence[int], window_ms: float = WINDOW_MS) -> float | 
     return variance / mean
 
 
-def rhythm_of(send_ns: Sequence[int], *, schedule: str, workers: int | None) -> Rhythm:
+def rhythm_of(send_ns: Sequence[int], *, schedule: str, workers: int | None, ttft_from: str = "sent") -> Rhythm:
     """The rhythm of sends at `send_ns` (perf_counter_ns); `workers` is a closed loop's concurrency."""
     return Rhythm(
         schedule=schedule,
+        ttft_from=ttft_from,
         synchrony=synchrony(send_ns, workers) if workers is not None else None,
         dispersion=dispersion(send_ns),
         sends=len(send_ns),

@@ -63,6 +63,7 @@ class StepSpec:
     max_concurrency: int = 1024
     seed: int = 0
     stagger_s: float = 0.0  # closed loop: worker i of C sends its first request at i / C of this (0: all at once)
+    ttft_from: str = "sent"  # where each request's clock starts (lpxtop/engine/probe/stream.py TTFT_FROM)
     head_words: int = 0  # each request's prompt has its 2nd..(head_words+1)th words shuffled (load/prompts.py)
 
     @property
@@ -307,7 +308,8 @@ class StepRun:
         if self._starts is not None:
             endpoint = replace(endpoint, prompt=self._starts.next())
         try:
-            sample = await run_probe(self.client, endpoint, spec.model, include_usage=spec.include_usage)
+            sample = await run_probe(self.client, endpoint, spec.model, include_usage=spec.include_usage,
+                                     ttft_from=spec.ttft_from)
         finally:
             lag_ns = watch.close()
             self.in_flight -= 1

@@ -142,10 +142,12 @@ class Rhythm:
     synchrony: float | None = None  # closed loop only
     dispersion: float | None = None
     sends: int = 0
+    ttft_from: str = "sent"  # where each request's clock started: "sent" or "call" (lpxtop/load/rhythm.py)
 
     def to_json(self) -> dict:
         return {
             "schedule": self.schedule,
+            "ttft_from": self.ttft_from,
             "window_ms": RHYTHM_WINDOW_MS,
             "synchrony": None if self.synchrony is None else round(self.synchrony, 4),
             "dispersion": None if self.dispersion is None else round(self.dispersion, 3),
@@ -154,9 +156,10 @@ class Rhythm:
 
     def describe(self) -> str:
         """A few words for a table: "rounds 0.97", "spread 0.06"."""
+        mark = " call" if self.ttft_from == "call" else ""  # the reference's clock (--ttft-from call)
         if self.synchrony is None:
-            return "--" if self.dispersion is None else f"disp {self.dispersion:.1f}"
-        return f"{'rounds' if self.synchrony >= 0.25 else 'spread'} {self.synchrony:.2f}"
+            return ("--" if self.dispersion is None else f"disp {self.dispersion:.1f}") + mark
+        return f"{'rounds' if self.synchrony >= 0.25 else 'spread'} {self.synchrony:.2f}{mark}"
 
 
 @dataclass(frozen=True)

@@ -54,12 +54,14 @@ def rejects_stream_options(sample: Sample) -> bool:
 
 
 async def run_probe(
-    client: HttpClient, endpoint: EndpointConfig, model: str | None = None, *, include_usage: bool = True
+    client: HttpClient, endpoint: EndpointConfig, model: str | None = None, *, include_usage: bool = True,
+    ttft_from: str = "sent",
 ) -> Sample:
-    """Send one streaming request and measure it. Never raises (except CancelledError)."""
+    """Send one streaming request and measure it. Never raises (except CancelledError). `ttft_from`: where
+    its clock starts (stream.py TTFT_FROM)."""
     body = build_body(endpoint, model or endpoint.model, include_usage)
     sink = ChunkSink()
-    out = await measured_stream(client, endpoint, endpoint_path(endpoint), body, sink)
+    out = await measured_stream(client, endpoint, endpoint_path(endpoint), body, sink, ttft_from=ttft_from)
     return _sample(endpoint, sink, out)
 
 

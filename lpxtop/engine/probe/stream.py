@@ -8,7 +8,10 @@ is not an event stream, a stream cut before its end, the drain that lets the con
 turning every failure into one classified `StreamOutcome`. No exception escapes except cancellation.
 
 Times: `start_ns` is when the request counted as sent (after any wait for lpxtop's own connection pool,
-`lpxtop.http.HttpClient.stream`), `sent_wall_ns` the wall clock at that same moment.
+`lpxtop.http.HttpClient.stream`), `sent_wall_ns` the wall clock at that same moment. With
+`ttft_from="call"` (the load generator's reference mode, docs/load-vs-vllm-bench.md) `start_ns` stays
+where `measured_stream` was called, before lpxtop's own event loop and pool have sent the request, as
+`vllm bench serve` starts its clock.
 """
 
 from __future__ import annotations
@@ -77,11 +80,14 @@ class StreamOutcome:
         self.retry_after_s = retry_after
 
 
+TTFT_FROM = ("sent", "call")  # where a request's clock starts: when it goes out (default), or when it is made
+
+
 async def measured_stream(
-    client: HttpClient, endpoint: EndpointConfig, url: str, body: dict, sink: StreamSink
+    client: HttpClient, endpoint: EndpointConfig, url: str, body: dict, sink: StreamSink, *, ttft_from: str = "sent"
 ) -> StreamOutcome:
     """POST `body` to `url` streaming, feed its events to `sink`, and say how it went. Never raises
-    (except CancelledError): every failure is the outcome's `error_kind`."""
+    (except CancelledError): every failure is the outcome's `error_kind`. `ttft_from`: TTFT_FROM."""
     trace = new_trace_context()
     wall_time = time.time()
     watchdog = Watchdog()
@@ -89,7 +95,7 @@ async def measured_stream(
     out = StreamOutcome(start_ns=start_ns, wall_time=wall_time, sent_wall_ns=time.time_ns(), trace=trace)
     watchdog.arm(start_ns + int(first_token_budget(endpoint) * 1e9))
     try:
-        await _exchange(client, endpoint, url, body, sink, out, watchdog)
+        await _exchange(client, endpoint, url, body, sink, out, watchdog, from_call=ttft_from == "call")
         if sink.first_token_ns is None:
             raise StreamError("empty", "the stream finished without a single token", out.status)
     except StreamError as err:
@@ -125,7 +131,7 @@ def _timeout_kind(endpoint: EndpointConfig, sink: StreamSink) -> tuple[str, str]
 
 async def _exchange(
     client: HttpClient, endpoint: EndpointConfig, url: str, body: dict, sink: StreamSink, out: StreamOutcome,
-    watchdog: Watchdog,
+    watchdog: Watchdog, *, from_call: bool = False,
 ) -> None:
     """Send, then read raw bytes, each stamped when it came off the socket."""
     total_deadline = out.start_ns + int(endpoint.timeout_s * 1e9)
@@ -149,8 +155,9 @@ async def _exchange(
         ),
         on_connect=connected,
     )
-    out.start_ns = response.start_ns  # after any wait for lpxtop's own pool, and the attempt that succeeded
-    out.sent_wall_ns += response.start_ns - began_ns  # the wall clock at that same moment
+    if not from_call:
+        out.start_ns = response.start_ns  # after any wait for lpxtop's own pool, and the attempt that succeeded
+        out.sent_wall_ns += response.start_ns - began_ns  # the wall clock at that same moment
     out.pool_wait_ns = response.pool_wait_ns
     if response.redirects:
         out.redirected_to = shown_url(response.url)
