@@ -11,7 +11,7 @@ loop records the longest gap between its turns: that gap is how late another end
 stamped while this body is decoded. Printed: CPU per MiB of body, the longest loop stall, and the
 ticker's p99 gap.
 
-Part `neighbour` (issue 19 item 6): the probe's timestamp error against the simulator's own record
+Part `neighbour`: the probe's timestamp error against the simulator's own record
 (|measured - true| TTFT and ITL, p50/p90/p99), alone and while a neighbour on the same client reads
 /metrics from a server that sends 2 MiB in one-byte chunks as fast as it can (each in its own
 process). The difference is what one response's parsing costs another endpoint's timestamps.

@@ -13,7 +13,7 @@ the machine's drift hits them alike:
 Each child's CPU (user + system, psutil) over --seconds after a warm-up, as % of one core; for the
 pipelines also their worker thread's own CPU (time.thread_time: export, encoding, spans, metrics), which
 does not drift with the machine. And lpxtop's own lateness while each probe ran (the engine's record:
-the loop's worst timer lag per probe, lpxtop/engine/clientlimit.py), p50/p99/max, which is how a delayed
+the loop's worst timer lag per probe, lpxtop/engine/probe/clientlimit.py), p50/p99/max, which is how a delayed
 timestamp would show.
 
 `--micro` prints the per-record figures lpxtop/otel/aggregate.py cites instead: one histogram record in the

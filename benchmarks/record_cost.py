@@ -25,7 +25,7 @@ Figures:
 Run from the repository root with the project's Python:
     .venv/bin/python benchmarks/record_cost.py [--seconds 120] [--warmup 15] [--gpu sim|none] [--json]
 
-Targets (issue 15): <= 5 MB per hour for 4 endpoints at default settings, <= 0.3 % of a core added.
+Targets (docs/recording.md): <= 5 MB per hour for 4 endpoints at default settings, <= 0.3 % of a core added.
 On a shared machine the CPU figures move between runs; take final figures on a quiet one.
 """
 

@@ -211,7 +211,7 @@ def test_listeners_get_every_input_and_a_failing_listener_is_dropped():
 
 
 def test_once_reports_the_server_across_the_run_from_scrapes_of_its_own():
-    """Issue 19 item 5: what the server showed while `once` probed (last, max, mean of running and
+    """What the server showed while `once` probed (last, max, mean of running and
     waiting over scrapes on their own schedule), not one reading taken after lpxtop's probe ended."""
     from lpxtop.engine.scrape.servers import ServerScraper
 

@@ -1,4 +1,4 @@
-"""Hostile streams (issue 18 items 1, 2 and 4, the probe's part): each answer comes from a real loopback
+"""Hostile streams (the probe's part): each answer comes from a real loopback
 server that writes exactly the bytes a broken server or proxy sends, and the probe classifies it,
 within its bounds, without raising."""
 

@@ -1,4 +1,4 @@
-"""Secrets and terminal control in server text (issue 18 item 3): a server that echoes the request's
+"""Secrets and terminal control in server text: a server that echoes the request's
 credentials back, in an error body and in an SSE error event, gets them shown nowhere."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Which chunks are token events (issue 19 item 1), on real captures and on the simulator with ground truth.
+"""Which chunks are token events, on real captures and on the simulator with ground truth.
 
 vLLM streams one chunk per token, and a token that completes no UTF-8 character arrives as
 `"content": ""`. Counting only non-empty chunks turned two token gaps into one: ITL p95 and mean about

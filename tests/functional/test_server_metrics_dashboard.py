@@ -1,6 +1,6 @@
 """The dashboard on the real engine, scraping a /metrics page whose gauges are +Inf, -Inf and NaN.
 
-Issue 18: a legal `+Inf` gauge killed the dashboard (the queue sparkline divided by infinity). The
+A legal `+Inf` gauge once killed the dashboard (the queue sparkline divided by infinity). The
 values are now unknown (`--`) with a note the Server tab shows; the app keeps running through several
 scrapes and the detail screen.
 """

@@ -1,4 +1,4 @@
-"""Whole-request bounds (issue 18 item 2): a server that answers and then trickles cannot hold a request
+"""Whole-request bounds: a server that answers and then trickles cannot hold a request
 past its limit. Every case is a real loopback server that sends a byte at a time."""
 
 from __future__ import annotations

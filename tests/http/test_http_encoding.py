@@ -1,4 +1,4 @@
-"""Content-Encoding (issue 18 item 5): a reverse proxy may gzip /metrics, or even a stream, although
+"""Content-Encoding: a reverse proxy may gzip /metrics, or even a stream, although
 lpxtop asked for identity. Decoded incrementally, bounded, each read keeping its own stamp."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Proxies (issue 18 item 5): HTTP_PROXY / HTTPS_PROXY / ALL_PROXY / NO_PROXY, as urllib reads them.
+"""Proxies: HTTP_PROXY / HTTPS_PROXY / ALL_PROXY / NO_PROXY, as urllib reads them.
 
 A forward proxy written in the test runs on 127.0.0.1 and is the only thing that resolves the target
 name `inference.internal` (to 127.0.0.1), so every byte stays on loopback and a request that did not go

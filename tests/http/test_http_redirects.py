@@ -1,4 +1,4 @@
-"""Redirects (issue 18 item 5): followed as curl and requests follow them, within the request's limits."""
+"""Redirects: followed as curl and requests follow them, within the request's limits."""
 
 from __future__ import annotations
 

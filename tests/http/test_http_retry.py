@@ -1,4 +1,4 @@
-"""A kept-alive connection the server closed just as a request went out (issue 18 item 4): the race every
+"""A kept-alive connection the server closed just as a request went out: the race every
 connection pool has. Sent once more on a new connection, POST included, and kept out of the timings."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Statuses (issue 18 item 4): interim 1xx answers are skipped, 204/304 and HEAD have no body, and a
+"""Statuses: interim 1xx answers are skipped, 204/304 and HEAD have no body, and a
 final status the probe cannot use keeps its number and gets the class that says what it is."""
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ CACHE = Path(
 )
 
 # small-llama (~85M parameters) keeps vLLM's engine, not its HTTP front end, the bottleneck on a CPU, so
-# requests queue visibly while /metrics stays responsive (see realservers/README.md).
+# requests queue visibly while /metrics stays responsive (see tests/integration/realservers/README.md).
 VLLM_MODEL = "small-llama"
 VLLM_MAX_NUM_SEQS = 2
 LLAMA_MODEL = "tiny-llama"

@@ -1,4 +1,4 @@
-"""Hostile /metrics pages over a real loopback socket (issue 18 items 1 and 4, the /metrics part).
+"""Hostile /metrics pages over a real loopback socket (the /metrics part).
 
 Each page is legal or nearly so, and each used to bend or crash something: +Inf gauges reached the
 dashboard's sparkline, a line with leading blanks was read by the first scrape and dropped by every
