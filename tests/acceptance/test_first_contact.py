@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.acceptance.terminal import WAIT_S, Terminal
-from tests.functional.simhelpers import free_port
+from tests.support.ports import free_port
+from tests.support.tmux_terminal import WAIT_S, Terminal
 
 MODEL = "acc-model"
 SERVER_KEY = "sk-acceptance-server-5e1f"  # the simulated server's own key (its --api-key, as vLLM's)
@@ -297,7 +297,7 @@ def test_ctrl_c_quits_the_dashboard_from_the_detail_screen(terminal, sim):
 
 
 def test_ctrl_c_quits_a_replay(terminal):
-    from tests.conftest import FIXTURES
+    from tests.support.paths import FIXTURES
 
     term = terminal("replay", str(FIXTURES / "recordings" / "v1-sim.lpxrec"), cols=80, rows=24)
     quits_on_ctrl_c(term, lambda s: "REPLAY" in s and "vllm-sim-a" in s)
@@ -313,7 +313,7 @@ def test_ctrl_c_quits_the_fleet_view(terminal):
 
 
 def test_no_color_emphasises_by_bold_and_reverse_never_by_a_dimmer_colour(terminal):
-    from tests.acceptance.terminal import luminance
+    from tests.support.tmux_terminal import luminance
 
     name = f"127.0.0.1:{free_port()}"
     code, e, doc = once_json(name, env={"NO_COLOR": "1"})
