@@ -64,7 +64,7 @@ def test_the_exporter_labels_a_gpu_process_with_every_endpoint_it_serves():
     from lpxtop.export.collector import LpxtopCollector
     from lpxtop.export.settings import DEFAULT_BUCKETS
     from lpxtop.export.state import ExportState
-    from tests.snapshot_data import empty_snapshot
+    from tests.support.snapshot_data import empty_snapshot
 
     served = endpoints_by_process(PORTS)
     proc = GpuProcess(pid=41, name="vllm", used_bytes=1 << 30, endpoint="zeta")
