@@ -135,6 +135,13 @@ class EndpointState:
         return server_kind(self.config, self.server)
 
 
+def pending_view(config: EndpointConfig, settings: EngineSettings, now: float) -> EndpointView:
+    """The view of an endpoint the engine has not started on yet (status `pending`, every figure unknown):
+    the dashboard's first frame shows the endpoints it was given, before the engine's loop runs."""
+    window = EndpointWindow(settings.window_s, settings.max_samples, include_client_limited=settings.include_client_limited)
+    return window.view(config, now=now, model=config.model, server=None, server_kind=server_kind(config, None))
+
+
 def failed_sample(config: EndpointConfig, error: str) -> Sample:
     """A probe that could not be sent (no model, the deadline), from its '<kind>: <message>' error."""
     kind, _, message = error.partition(": ")
