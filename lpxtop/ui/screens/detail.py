@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, Tabs
+from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tabs
 
 from lpxtop.model.snapshot import EndpointView, Snapshot
 from lpxtop.ui.formatting import fmt_ago, fmt_ms_unit, fmt_pct, fmt_rate, pack_chunks, truncate
@@ -21,6 +21,7 @@ from lpxtop.ui.screens.help import HelpPage, detail_help
 from lpxtop.ui.widgets.agent_panel import AgentPanel
 from lpxtop.ui.widgets.charts import PlotextChart, endpoint_charts
 from lpxtop.ui.widgets.endpoints_table import STATUS_SYMBOLS, error_pct, gap_text, server_ttft_mean_ms
+from lpxtop.ui.widgets.key_bar import KeyBar
 from lpxtop.ui.widgets.server_latency import server_latency_text
 
 CHART_REDRAW_S = 2.0
@@ -114,7 +115,7 @@ class DetailScreen(Screen):
                 yield DataTable(id="errors-table", cursor_type="row")
             with TabPane("Settings", id="tab-settings"):
                 yield Static("", id="settings", markup=False)
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyBar()
 
     async def on_mount(self) -> None:
         table = self.query_one("#errors-table", DataTable)

@@ -13,7 +13,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from lpxtop.model.load import LoadState
 from lpxtop.model.snapshot import Snapshot
@@ -25,6 +24,7 @@ from lpxtop.ui.widgets.alerts_bar import AlertsBar
 from lpxtop.ui.widgets.gpu_panel import GpuLine, GpuPanel, energy_by_device, no_gpu
 from lpxtop.ui.widgets.header_bar import HeaderBar
 from lpxtop.ui.widgets.host_panel import HostPanel
+from lpxtop.ui.widgets.key_bar import KeyBar
 from lpxtop.ui.widgets.load_chart import SweepCharts
 from lpxtop.ui.widgets.load_steps import LoadStepPanel, load_title, marks_legend
 
@@ -105,7 +105,7 @@ class LoadScreen(Screen):
         with Horizontal(id="load-lower"):
             yield GpuPanel(id="gpu-panel", classes="panel")
             yield HostPanel(id="host-panel", classes="panel")
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyBar()
 
     def on_mount(self) -> None:
         # plotext's import takes ~0.2 s of CPU (0.8 s on a busy 2-core box): here, before the first frame and

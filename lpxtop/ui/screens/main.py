@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from lpxtop.model.ports import endpoints_by_process
 from lpxtop.model.snapshot import EndpointView, Snapshot
@@ -20,6 +20,7 @@ from lpxtop.ui.widgets.endpoints_table import SORT_KEYS, EndpointsTable, filter_
 from lpxtop.ui.widgets.gpu_panel import GpuLine, GpuPanel, energy_by_device, no_gpu
 from lpxtop.ui.widgets.header_bar import HeaderBar, render_header
 from lpxtop.ui.widgets.host_panel import HostPanel
+from lpxtop.ui.widgets.key_bar import KeyBar
 from lpxtop.ui.widgets.ports_panel import PortsPanel
 from lpxtop.ui.widgets.row_table import RowTable
 from lpxtop.ui.widgets.timebar import TimeBar
@@ -84,7 +85,7 @@ class MainScreen(Screen):
         if getattr(self.app, "timeline", None) is not None:
             yield TimeBar(id="timebar")
         yield Input(placeholder="filter endpoints (Enter keeps, Esc clears)", id="filter")
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyBar()
 
     def on_mount(self) -> None:
         default_sort = getattr(getattr(self.app, "source", None), "default_sort", None)  # the fleet: worst first
