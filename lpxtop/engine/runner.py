@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from lpxtop import __version__
-from lpxtop.engine.agent.prober import wants_chat
+from lpxtop.engine.agent import wants_chat
 from lpxtop.engine.collectors import CollectorLoops, GpuSource, HostSource, PortSource
 from lpxtop.engine.endpoints import (
     MAX_INTERVAL_S,

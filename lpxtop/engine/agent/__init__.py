@@ -12,5 +12,19 @@
 - `chain.py`: what a chain of N steps costs, from the window's own step samples;
 - `window.py`: the bounded window of steps and its summary (`lpxtop.model.agent.AgentView`).
 
-Nothing here imports Textual or Rich.
+Nothing here imports Textual or Rich. This module itself says only which probes an endpoint runs, so the
+engine asks that without loading the agent probe (`prober.py` and its platforms load only for an endpoint
+that runs agent steps).
 """
+
+from __future__ import annotations
+
+from lpxtop.model.endpoint import EndpointConfig
+
+
+def wants_agent(config: EndpointConfig) -> bool:
+    return "agent" in config.probes
+
+
+def wants_chat(config: EndpointConfig) -> bool:
+    return "chat" in config.probes
