@@ -26,14 +26,11 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lpxtop.engine.runner import Engine, EngineSettings  # noqa: E402
-from lpxtop.model.endpoint import EndpointConfig  # noqa: E402
-from lpxtop.model.probe import quantile_sorted  # noqa: E402
-from lpxtop.sim.records import token_times_ns  # noqa: E402
+from lpxtop.engine.runner import Engine, EngineSettings
+from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.model.probe import quantile_sorted
+from lpxtop.sim.records import token_times_ns
 
 
 def fetch_events(base_url: str, response_id: str) -> list | None:

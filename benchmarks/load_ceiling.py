@@ -47,15 +47,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.sim_processes import REPO, stop_process  # noqa: E402
-from lpxtop.load.controller import LoadController  # noqa: E402
-from lpxtop.load.plan import LoadPlan  # noqa: E402
-from lpxtop.load.schedule import arrival_gaps  # noqa: E402
-from lpxtop.model.endpoint import EndpointConfig  # noqa: E402
-from lpxtop.model.probe import quantile_sorted  # noqa: E402
-from lpxtop.sim.records import token_times_ns  # noqa: E402
+from benchmarks.sim_processes import REPO, stop_process
+from lpxtop.load.controller import LoadController
+from lpxtop.load.plan import LoadPlan
+from lpxtop.load.schedule import arrival_gaps
+from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.model.probe import quantile_sorted
+from lpxtop.sim.records import token_times_ns
 
 MODEL = "sim-ceiling"
 TRUTH_SAMPLE = 400  # requests per step checked against the simulator's record

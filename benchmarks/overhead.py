@@ -46,8 +46,7 @@ try:
 except ImportError:  # pragma: no cover - psutil is an lpxtop dependency
     sys.exit("overhead.py: psutil is missing; run it with the project's Python (.venv/bin/python)")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_processes import REPO, STOP_TIMEOUT_S, Sims, stop_process  # noqa: E402
+from benchmarks.sim_processes import REPO, STOP_TIMEOUT_S, Sims, stop_process
 
 TARGET_CPU_PCT = 2.0
 TARGET_RSS_MB = 60.0

@@ -12,15 +12,13 @@ interface changes.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from lpxtop.demo import start_demo
+from lpxtop.ui.app import create_app
 
-from lpxtop.demo import start_demo  # noqa: E402
-from lpxtop.ui.app import create_app  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 SIZE = (160, 48)
 SMALL = (80, 24)

@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 from lpxtop.config import is_env_name
 
 # Option names that carry a secret as their value (the same words lpxtop masks in other processes'
-# command lines, engine/system/procinfo.py): --api-key, --api-keys, --token, --hf-token, --bearer, --password,
+# command lines, engine/system/shown.py): --api-key, --api-keys, --token, --hf-token, --bearer, --password,
 # --secret, --credentials, -k. Names ending in -env name a variable, not a key (--api-key-env).
 _SECRET_OPTION = re.compile(
     r"^(?:--?(?:[\w-]*[-_])?(?:keys?|tokens?(?<!_tokens)(?<!-tokens)|secrets?|password|passwd|bearer|credentials?)|-k)$",

@@ -1,4 +1,4 @@
-"""Recording, replay, compare and export (issue 15): what the engine measured, kept in a SQLite file.
+"""Recording, replay, compare and export (docs/recording.md): what the engine measured, kept in a SQLite file.
 
 Inputs are recorded, not screens: every probe sample, normalized scrape, GPU/host/port reading, alert
 change and mark (load step, bookmark), in the order the engine's loop produced them. Replay feeds them

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -12,14 +11,8 @@ import pytest
 from lpxtop import __version__
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import free_port
-
-
-def lpxtop(*args: str, env: dict | None = None, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "lpxtop", *args],
-        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
-    )
+from tests.support.cli import lpxtop
+from tests.support.ports import free_port
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 
 import httpx
@@ -23,32 +21,12 @@ from lpxtop.export.settings import ExporterSettings
 from lpxtop.model.probe import ERROR_KINDS
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.promhelpers import HangingServer, binary, running, series, value
-from tests.functional.simhelpers import endpoint, free_port
-from tests.functional.test_engine import wait_for
+from tests.support.ports import free_port
+from tests.support.prometheus import HangingServer, binary, exported, running, scrape, series, value
+from tests.support.sim import endpoint
+from tests.support.waiting import wait_for
 
 IDENTITY = ("host", "endpoint", "model", "server_kind")
-
-
-@contextmanager
-def exported(url: str, **endpoint_kw) -> Iterator[tuple[Exporter, object]]:
-    config = endpoint(url, model=None, interval_s=0.25, metrics_interval_s=0.3, **endpoint_kw)
-    engine = build_engine([config], window_s=300)
-    exporter = Exporter(engine, ExporterSettings(listen_port=0, host_label="test-host"))
-    exporter.start()
-    engine.start()
-    try:
-        yield exporter, engine
-    finally:
-        exporter.stop()
-        engine.stop()
-
-
-def scrape(exporter: Exporter, accept: str | None = None) -> httpx.Response:
-    headers = {"Accept": accept} if accept else {}
-    response = httpx.get(f"{exporter.url}/metrics", headers=headers, timeout=5.0)
-    assert response.status_code == 200
-    return response
 
 
 def test_metrics_hold_what_the_engine_measured_and_parse_in_both_formats():

@@ -15,7 +15,7 @@ from lpxtop import textsafe
 from lpxtop.cli.assemble import build_engine
 from lpxtop.export.exporter import Exporter
 from lpxtop.export.settings import ExporterSettings
-from tests.functional.simhelpers import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.timeout(90)
 CALLS = 120

@@ -23,13 +23,15 @@ from lpxtop.otel.pipeline import OtlpPipeline
 from lpxtop.otel.settings import OtlpSettings, parse_endpoint
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.cli_inprocess import run_cli
-from tests.functional.otlp_receiver import attrs, start_receiver, stop_receiver
-from tests.functional.simhelpers import endpoint, free_port, wait_for
+from tests.support.cli import run_cli
+from tests.support.otlp_receiver import attrs, start_receiver, stop_receiver
+from tests.support.paths import REPO
+from tests.support.ports import free_port
+from tests.support.sim import endpoint
+from tests.support.waiting import wait_for
 
 FAST = SimConfig(model="sim-otel", ttft_ms=5, itl_ms=1, dify_tool_latency_ms=5)
 TOKEN = "otlp-secret-token-7f3a9c"
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @contextmanager

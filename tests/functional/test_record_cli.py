@@ -25,9 +25,9 @@ from lpxtop.record.reading import Recording
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.records import token_times_ns
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import p
+from tests.support.paths import REPO
+from tests.support.sim import p
 
-REPO = Path(__file__).resolve().parents[2]
 TOLERANCE_MS = 3.0  # as the probe fidelity tests: judged by the median, a busy 2-core box moves single probes
 
 

@@ -15,7 +15,7 @@ import pytest
 from lpxtop.cli.entry import main
 from lpxtop.record.export import export
 from lpxtop.record.reading import Recording
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 V1 = FIXTURES / "recordings" / "v1-sim.lpxrec"
 

@@ -20,11 +20,10 @@ import pytest
 from lpxtop.cli.entry import main
 from lpxtop.record import store
 from lpxtop.record.replay import ReplaySource
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES, REPO
 
 pytestmark = pytest.mark.timeout(120)
 V1 = FIXTURES / "recordings" / "v1-sim.lpxrec"
-REPO = Path(__file__).resolve().parents[2]
 DEEP = 100_000
 
 

@@ -16,7 +16,8 @@ from lpxtop.http import HttpClient
 from lpxtop.model.probe import Percentiles
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import endpoint, wait_for
+from tests.support.sim import endpoint
+from tests.support.waiting import wait_for
 
 AGREE_MS = 2.0
 

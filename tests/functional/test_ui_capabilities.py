@@ -21,11 +21,11 @@ from lpxtop.ui.screens.help import HelpScreen
 from lpxtop.ui.screens.load import LoadScreen
 from lpxtop.ui.screens.main import MainScreen
 from lpxtop.ui.widgets.timebar import TimeBar
-from tests.conftest import FIXTURES
-from tests.functional.loadhelpers import plan_for
-from tests.functional.test_ui_support import bump, text_of
-from tests.load_snapshot_data import load_snapshot
-from tests.snapshot_data import fixed_snapshot
+from tests.support.load_runs import plan_for
+from tests.support.load_snapshot_data import load_snapshot
+from tests.support.paths import FIXTURES
+from tests.support.snapshot_data import fixed_snapshot
+from tests.support.ui import bump, text_of
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -42,8 +42,9 @@ from lpxtop.http import (
 )
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.http_servers import Handler, answer_each, raw_server, read_request
-from tests.functional.simhelpers import endpoint, free_port
+from tests.support.http_servers import Handler, answer_each, raw_server, read_request
+from tests.support.ports import free_port
+from tests.support.sim import endpoint
 
 pytestmark = pytest.mark.timeout(30)
 

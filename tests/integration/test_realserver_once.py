@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from realserver_harness import free_port, import_lpxtop
+
+from tests.support.ports import free_port
+from tests.support.realservers import import_lpxtop
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(600)]
 

@@ -219,8 +219,9 @@ def test_the_import_graph_of_lpxtop_has_no_circle():
     assert circles == [], f"import circles in lpxtop/: {circles}"
 
 
-# The HTTP wing's white-box tests and the benchmark that counts its reads may name its modules.
-HTTP_INSIDERS = ("tests/http/", "benchmarks/http_cost.py")
+# The HTTP wing's white-box tests (and their reference harness) and the benchmark that counts its reads may
+# name its modules.
+HTTP_INSIDERS = ("tests/http/", "tests/support/http_reference.py", "benchmarks/http_cost.py")
 
 
 def test_outside_lpxtop_http_only_its_public_face_is_imported():

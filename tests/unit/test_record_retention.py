@@ -24,7 +24,7 @@ from lpxtop.record.retention import (
     parse_size,
 )
 from lpxtop.record.store import StoreWriter
-from tests.snapshot_data import empty_snapshot
+from tests.support.snapshot_data import empty_snapshot
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("90s", 90), ("15m", 900), ("48h", 172800),
