@@ -1,8 +1,8 @@
 """`FleetSource`: a SnapshotSource that reads a whole fleet of lpxtop exporters back from Prometheus.
 
 The UI renders its snapshots as it renders the live engine's and cannot tell them apart, except that
-the controls that steer probing (pause, reset, interval, process signals) are refused with a line
-that says why (its capabilities' `refusals`). A background thread with its own event loop asks Prometheus every
+it declares no controls: the keys that steer probing (pause, reset, interval, process signals) say why
+(its capabilities' `refusals`). A background thread with its own event loop asks Prometheus every
 `refresh_s`; the UI only ever reads the newest snapshot. Prometheus down, slow or refusing queries
 becomes an alert line (and the last good rows stay on screen), never an exception; so does an answer
 the view cannot use: the poller never stops.
