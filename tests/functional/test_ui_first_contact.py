@@ -457,3 +457,18 @@ async def test_the_compare_screen_has_its_own_help():
         await pilot.press("question_mark")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen) and app.screen.page.title == "compare keys"
+
+
+async def test_a_short_ports_panel_keeps_a_row_and_no_scrollbar_over_it():
+    """At 80x24 with five endpoints and an alert the ports panel has three lines inside: the header and the
+    row come first (the explanation takes what is left), and no horizontal scrollbar hides the row."""
+    snap = fixed_snapshot()
+    extra = tuple(replace(e, config=replace(e.config, name=f"{e.name}-2")) for e in snap.endpoints[:2])
+    _, app = make_app(replace(snap, endpoints=(*snap.endpoints, *extra), alerts=snap.alerts[:1]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        table = app.screen.query_one("#ports-table")
+        lines = screen_lines(app)
+        top = next(i for i, line in enumerate(lines) if "Ports & processes" in line)
+        assert "Port" in lines[top + 1] and "8000" in lines[top + 2], lines[top:]
+        assert not table.show_horizontal_scrollbar
