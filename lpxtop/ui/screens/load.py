@@ -160,8 +160,9 @@ class LoadScreen(SnapshotScreen):
             self.query_one(LoadStepPanel).show(load, server, snap.wall_time, palette, force=force, files=files,
                                                recording=recording)
             self.query_one(SweepCharts).show(load, force=force)
-            title = load_title(load, snap.wall_time)
             panel = self.query_one("#load-panel")
+            # the border's corners and gaps take 6 cells; before the first layout, no limit
+            title = load_title(load, snap.wall_time, width=panel.size.width - 6 if panel.size.width else 200)
             if panel.border_title != title:
                 panel.border_title = title
             legend = marks_legend(load)  # what the table's marks mean, once it shows any
