@@ -360,4 +360,5 @@ def test_a_process_serving_two_endpoints_is_one_row_naming_both(terminal, sim, t
     assert len(rows) == 1 and f"{sim.port}+1" in rows[0], rows  # one row for the process
     assert "python -m lpxtop sim" in rows[0] and sys.executable not in screen  # what runs, not the venv's path
     term.resize(120, 40)
-    term.wait_until(lambda s: f"beta, alpha {sim.proc.pid}" in s, "the host panel naming both endpoints")
+    term.wait_until(lambda s: any(f" {sim.proc.pid} " in line and line.rstrip("│ ").endswith("  beta, alpha")
+                                  for line in s.splitlines()), "the host panel naming both endpoints")

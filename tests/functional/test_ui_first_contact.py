@@ -229,7 +229,7 @@ async def test_gpu_and_host_panels_name_every_endpoint_of_a_process():
         gpu = text_of(app.screen.query_one("#gpu-panel", Static))
         assert "→ vllm-llama, vllm-llama-2" in gpu
         host = text_of(app.screen.query_one("#host-panel", Static))
-        assert "vllm-llama, vllm-llama-2 4121" in host
+        assert "4121 104% 3.2G +2 children  vllm-llama, vllm-llama-2" in host  # the figures first, then the names
         table = app.screen.query_one(PortsPanel).table
         assert table.get_row_at(0)[0] == "8000+1"
 
