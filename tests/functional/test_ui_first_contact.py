@@ -472,3 +472,16 @@ async def test_a_short_ports_panel_keeps_a_row_and_no_scrollbar_over_it():
         top = next(i for i, line in enumerate(lines) if "Ports & processes" in line)
         assert "Port" in lines[top + 1] and "8000" in lines[top + 2], lines[top:]
         assert not table.show_horizontal_scrollbar
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+async def test_the_strip_line_leaves_out_details_rather_than_cutting(size):
+    """At 80 columns the gap's range (`(+28…+42)`) gives way before the line is cut: it read `(+28……`."""
+    _, app = make_app()
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("down", "down")  # vllm-llama: an estimated gap with its range
+        await pilot.pause()
+        line = next(line for line in screen_lines(app) if "vllm-llama  outside engine ~+35 ms" in line)
+        assert "…│" not in line.replace(" ", "") and "……" not in line
+        if size[0] >= 120:
+            assert "(+28…+42)" in line or "last error: none" in line

@@ -56,10 +56,12 @@ class EndpointStrip(Vertical):
             spark.data = queue
             spark.set_class(not queue, "-empty")
         self.set_class(not ttft and not queue, "-flat")
-        info_key = (view.name, view.ttft_gap, bool(view.last_error), id(palette)) if view else None
+        info = self.query_one("#strip-info", Static)
+        width = info.content_size.width
+        info_key = (view.name, view.ttft_gap, bool(view.last_error), id(palette), width) if view else None
         if info_key != self._info_key or force:
             self._info_key = info_key
-            self.query_one("#strip-info", Static).update(self._info(view, palette), layout=False)
+            info.update(self._info(view, palette, width), layout=False)
         # The time enters only through "(12s ago)" after a last error: without one the line stays put.
         error = self.query_one("#strip-error", Static)
         error_key = (
@@ -73,22 +75,30 @@ class EndpointStrip(Vertical):
                 error.update(error_line(view.last_error, fmt_ago(view.last_error_time, now), palette))
 
     @staticmethod
-    def _info(view: EndpointView | None, palette: Palette) -> Text:
+    def _info(view: EndpointView | None, palette: Palette, width: int = 0) -> Text:
+        """The endpoint's name, the time outside the engine and `last error: none`; where that is wider than
+        `width` (80 columns), the gap's range or probe count, then `last error: none`, are left out
+        rather than the line cut."""
         if view is None:
             return Text("")
-        text = Text(no_wrap=True, overflow="ellipsis")
-        text.append(view.name, style="bold")
         gap = view.ttft_gap
+        detail = None
         if gap.value_ms is not None:
-            text.append("  outside engine ")
-            text.append(gap_text(view) + " ms", style=palette.accent)
-            if gap.estimate:
-                text.append(f" ({fmt_signed_ms(gap.low_ms)}…{fmt_signed_ms(gap.high_ms)})", style=palette.muted)
-            else:
-                text.append(f" (exact, {gap.probes} probe{'s' if gap.probes != 1 else ''})", style=palette.muted)
-        if not view.last_error:  # otherwise the error has lines of its own (#strip-error)
-            text.append("  last error: ")
-            text.append("none", style=palette.muted)
+            detail = (f" ({fmt_signed_ms(gap.low_ms)}…{fmt_signed_ms(gap.high_ms)})" if gap.estimate
+                      else f" (exact, {gap.probes} probe{'s' if gap.probes != 1 else ''})")
+        for with_detail, with_none in ((True, True), (False, True), (False, False)):
+            text = Text(no_wrap=True, overflow="ellipsis")
+            text.append(view.name, style="bold")
+            if gap.value_ms is not None:
+                text.append("  outside engine ")
+                text.append(gap_text(view) + " ms", style=palette.accent)
+                if with_detail and detail:
+                    text.append(detail, style=palette.muted)
+            if with_none and not view.last_error:  # otherwise the error has lines of its own (#strip-error)
+                text.append("  last error: ")
+                text.append("none", style=palette.muted)
+            if width <= 0 or text.cell_len <= width:
+                break
         return text
 
 
