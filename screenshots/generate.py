@@ -126,7 +126,9 @@ async def shoot_without_gpu(demo, out: Path) -> None:
         return
     app = create_app(WithoutGpu(demo.engine, gpu), theme="lpxtop-dark", demo=demo.surge)
     async with app.run_test(size=SMALL) as pilot:
-        await pilot.pause(2.5)
+        await pilot.pause(1.0)
+        await select(pilot, app, "vllm-sim-b")
+        await pilot.pause(1.5)
         app.save_screenshot(str(out / "nogpu-80x24.svg"))
 
 
