@@ -485,3 +485,20 @@ async def test_the_strip_line_leaves_out_details_rather_than_cutting(size):
         assert "…│" not in line.replace(" ", "") and "……" not in line
         if size[0] >= 120:
             assert "(+28…+42)" in line or "last error: none" in line
+
+
+async def test_before_any_probe_the_dashboard_names_the_endpoints_it_probes():
+    """The first frame comes before the engine starts: it names the endpoints given (never "No endpoints to
+    watch yet"), and the table comes with the first figures."""
+    from lpxtop.engine.endpoints import pending_view
+    from lpxtop.engine.runner import EngineSettings
+
+    configs = [e.config for e in fixed_snapshot().endpoints]
+    pending = tuple(pending_view(c, EngineSettings(), 0.0) for c in configs)
+    _, app = make_app(replace(empty_snapshot(), endpoints=pending))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        message = text_of(app.screen.query_one("#empty-message", Static))
+        assert message.startswith("Probing ") and all(c.name in message for c in configs)
+        assert "No endpoints" not in message and not app.screen.query_one(EndpointsTable).display
+        assert "Endpoints 3/3" in str(app.screen.query_one("#endpoints-panel").border_title)
