@@ -23,7 +23,7 @@ from lpxtop.engine.model_resolution import name_served_models, resolve_model
 from lpxtop.engine.probe import rejects_stream_options, run_probe
 from lpxtop.engine.probe.clientlimit import LatenessWatch
 from lpxtop.engine.probe.schedule import next_gap
-from lpxtop.engine.stats import EndpointWindow, server_kind
+from lpxtop.engine.window import EndpointWindow, server_kind
 from lpxtop.http import HttpClient
 from lpxtop.loopthread import LoopThread
 from lpxtop.model.agent import AgentStepEvent
@@ -258,7 +258,7 @@ class EndpointLoops:
         self._dirty = True
         if self._listeners:
             self._emit(SampleEvent(state.config.name, sample))
-        if state.window.sent == 1 and self._loop_thread is not None:
+        if state.window.tally.sent == 1 and self._loop_thread is not None:
             self._publish_now()  # an endpoint's first figures go out at once, not at the next publish tick
             self._check_first_probes()
 

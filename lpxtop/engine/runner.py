@@ -29,7 +29,7 @@ from lpxtop.engine.endpoints import MAX_INTERVAL_S, MIN_INTERVAL_S, EndpointLoop
 from lpxtop.engine.gpu.accel.energy import EnergyMeter
 from lpxtop.engine.once import OnceCollection
 from lpxtop.engine.probe.clientlimit import LatenessWatch
-from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S
+from lpxtop.engine.window import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S
 from lpxtop.http import HttpClient
 from lpxtop.loopthread import LoopThread
 from lpxtop.model.alerts import Alert
@@ -280,7 +280,7 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
         """Let the scrapes and collectors start once every probing endpoint has its first probe in."""
         event = self._first_probes
         if event is not None and not event.is_set() and not any(
-            self.settings.probes and wants_chat(s.config) and s.window.sent == 0 for s in self._states.values()
+            self.settings.probes and wants_chat(s.config) and s.window.tally.sent == 0 for s in self._states.values()
         ):
             event.set()
 

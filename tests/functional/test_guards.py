@@ -13,8 +13,8 @@ import pytest
 
 from lpxtop.cli import main
 from lpxtop.engine.runner import Engine, EngineSettings
-from lpxtop.engine.stats import EndpointWindow
 from lpxtop.engine.system.discovery import discover
+from lpxtop.engine.window import EndpointWindow
 from lpxtop.jsonout import dumps
 from tests.functional.cli_inprocess import run_cli
 from tests.functional.hostile_http import HostileServer, hang, models, send, stream, trickle

@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, finite, insert_sorted, remove_sorted
 from lpxtop.engine.traces.spans import merge
+from lpxtop.engine.window import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, finite, insert_sorted, remove_sorted
 from lpxtop.model.chain import ChainSummary, JoinedRequest, PopulationSummary, SpanSegments
 from lpxtop.model.probe import Percentiles
 
