@@ -31,15 +31,12 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_processes import REPO, Sims, stop_process  # noqa: E402
-
-sys.path.insert(0, str(REPO))
-from lpxtop import cli  # noqa: E402
-from lpxtop.assemble import build_engine  # noqa: E402
-from lpxtop.config import endpoints_from_urls  # noqa: E402
-from lpxtop.engine.probe import clientlimit  # noqa: E402
-from lpxtop.engine.probe.clientlimit import LAG_TICK_S, LoopLag  # noqa: E402
+from benchmarks.sim_processes import Sims, stop_process
+from lpxtop import cli
+from lpxtop.cli.assemble import build_engine
+from lpxtop.config import endpoints_from_urls
+from lpxtop.engine.probe import clientlimit
+from lpxtop.engine.probe.clientlimit import LAG_TICK_S, LoopLag
 
 WARM_UP_S = 3.0
 

@@ -121,7 +121,7 @@ class LoadController:
         if self._loop_thread is not None:
             return
         self._loop_thread = LoopThread("lpxtop-load")
-        self._loop_thread.start(self._thread_main())
+        self._loop_thread.start(self._run_to_end())
 
     def stop(self) -> None:
         """Stop at once: requests in flight are cancelled, the step under way is reported as partial."""
@@ -143,7 +143,7 @@ class LoadController:
 
     # ---- the load loop ----
 
-    async def _thread_main(self) -> None:
+    async def _run_to_end(self) -> None:
         """The whole run, on the load thread's loop (lpxtop/loopthread.py), which ends with it."""
         try:
             await self._amain()

@@ -26,13 +26,8 @@ from lpxtop.engine.system import listeners
 from lpxtop.engine.system.listeners import Listener, ListenerScanner
 from lpxtop.engine.system.ports import PortMonitor
 from lpxtop.model.endpoint import EndpointConfig
-from tests.functional.test_ports_support import (
-    REUSEPORT_LISTENER,
-    SLEEPER,
-    listener_pids,
-    running_children,
-    wait_until,
-)
+from tests.support.ports import REUSEPORT_LISTENER, SLEEPER, listener_pids, running_children
+from tests.support.waiting import wait_for
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -112,7 +107,7 @@ def test_listener_in_a_child_process(children, new_scanner):
     with listening() as probe:
         port = probe.getsockname()[1]
     proc = children.python(REUSEPORT_LISTENER, str(port))
-    assert wait_until(lambda: listener_pids(port) == {proc.pid})
+    wait_for(lambda: listener_pids(port) == {proc.pid}, timeout=15)
     scanner = new_scanner()
     first = scanner.scan()
     assert first.by_port[port] == (Listener("127.0.0.1", port, proc.pid),)
@@ -128,7 +123,7 @@ def test_several_listeners_match_psutil(children, new_scanner):
             shared = probe.getsockname()[1]
         a = children.python(REUSEPORT_LISTENER, str(shared))
         b = children.python(REUSEPORT_LISTENER, str(shared))
-        assert wait_until(lambda: listener_pids(shared) == {a.pid, b.pid})
+        wait_for(lambda: listener_pids(shared) == {a.pid, b.pid}, timeout=15)
         ports = {v4.getsockname()[1], v6.getsockname()[1], shared}
         expected = psutil_view(ports)
         assert {pid for _, _, pid in expected} == {os.getpid(), a.pid, b.pid}
@@ -155,12 +150,12 @@ def test_child_listener_killed_then_replaced_on_the_same_port(children, new_scan
         port = probe.getsockname()[1]
     scanner = new_scanner()
     first = children.python(REUSEPORT_LISTENER, str(port))
-    assert wait_until(lambda: listener_pids(port) == {first.pid})
+    wait_for(lambda: listener_pids(port) == {first.pid}, timeout=15)
     assert scanner.scan().by_port[port][0].pid == first.pid
     children.stop(first)
-    assert wait_until(lambda: port not in scanner.scan().by_port)
+    wait_for(lambda: port not in scanner.scan().by_port, timeout=15)
     second = children.python(REUSEPORT_LISTENER, str(port))
-    assert wait_until(lambda: listener_pids(port) == {second.pid})
+    wait_for(lambda: listener_pids(port) == {second.pid}, timeout=15)
     scan = scanner.scan()
     assert scan.by_port[port] == (Listener("127.0.0.1", port, second.pid),)
     assert proc_view(scan, {port}) == psutil_view({port})

@@ -21,7 +21,7 @@ client". Measured here: closed-loop clients with a fixed output length start tog
 requests sent within ~10 ms of each other, round after round), so every benchmark request prefills beside
 its siblings' prefills (C+1 = 3: TTFT p50 58, 56 and 75 ms by position in the round), while the probe
 arrives at a random moment and prefills beside decodes. lpxtop samples the time average, as it must
-(issue 19 item 2); the benchmark's TTFT is its own clients' rhythm. lpxtop's TTFT p50 was 6-14 ms below
+(docs/measurement.md, "when probes leave"); the benchmark's TTFT is its own clients' rhythm. lpxtop's TTFT p50 was 6-14 ms below
 the C+1 run's at C = 1 and 25-31 ms below at C = 2; the benchmark's own clients beside it, phase-locked
 with each other at C = 2, were 11-15 ms above lpxtop's probe.
 
@@ -62,12 +62,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from realserver_harness import (
+
+from tests.support.realservers import (
     VLLM_MODEL,
     ServerProcess,
     missing_parts,
@@ -78,7 +77,6 @@ from realserver_harness import (
 )
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(1200)]
-REPO = Path(__file__).resolve().parents[2]
 LEVELS = (1, 2)
 PROBES, ROUNDS = 30, 15
 SLOTS = 4
@@ -123,8 +121,6 @@ def vllm_4_slots() -> Iterator[ServerProcess]:
 
 def load_reference():
     """benchmarks/reference.py, the script whose short run this is."""
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
     from benchmarks import reference
 
     return reference

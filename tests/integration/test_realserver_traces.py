@@ -14,8 +14,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import require_built
-from realserver_harness import ServerProcess, import_lpxtop, running, start_server
+
+from tests.support.realservers import ServerProcess, import_lpxtop, require_built, running, start_server
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(600)]
 

@@ -1,4 +1,5 @@
-"""Helpers shared by the sim's functional tests (no tests here): fixture paths and a raw SSE reader."""
+"""Helpers for tests that run the simulated server on loopback: an endpoint for it, the probe's error against
+the sim's own record, and a raw SSE reader that stamps each read (the sim's functional tests)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,44 @@ from typing import Any
 
 import httpx
 
-_REPO = Path(__file__).resolve().parents[2]
+from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.model.probe import Sample, quantile_sorted
+from lpxtop.sim.records import token_times_ns
+from tests.support.paths import FIXTURES
+
+
+def endpoint(url: str, **kw) -> EndpointConfig:
+    values = {"name": "sim", "url": url, "max_tokens": 16, "timeout_s": 10.0, "first_token_timeout_s": 5.0,
+              "connect_timeout_s": 2.0}
+    values.update(kw)
+    return EndpointConfig(**values)
+
+
+def fidelity_errors(samples: list[Sample], server) -> tuple[list[float], list[float]]:
+    """Measured minus true TTFT and ITL (ms), matching each sample to the sim's record by response id."""
+    ttft_err: list[float] = []
+    itl_err: list[float] = []
+    for s in samples:
+        record = server.record_for(s.response_id)
+        assert record is not None, f"no record for {s.response_id}"
+        truth = token_times_ns(record.events)
+        assert len(truth) == len(s.token_event_ms), (len(truth), len(s.token_event_ms))
+        ttft_err.append(s.ttft_ms - (truth[0] - s.start_ns) / 1e6)
+        true_gaps = [(b - a) / 1e6 for a, b in zip(truth, truth[1:])]
+        itl_err += [m - t for m, t in zip(s.itl_ms, true_gaps)]
+    return ttft_err, itl_err
+
+
+def p(values: list[float], q: float) -> float:
+    return quantile_sorted(sorted(values), q)
 
 
 def fixture_path(relative: str) -> Path:
-    """A file under fixtures/ (sse/…, metrics/…): the repo's tests/fixtures, else the shared folder."""
-    for base in (_REPO / "tests" / "fixtures", _REPO.parent / "shared" / "fixtures"):
-        path = base / relative
-        if path.exists():
-            return path
-    raise FileNotFoundError(f"fixture {relative} not found under tests/fixtures or ../shared/fixtures")
+    """A file under tests/fixtures (sse/…, metrics/…)."""
+    path = FIXTURES / relative
+    if not path.exists():
+        raise FileNotFoundError(f"fixture {relative} not found under {FIXTURES}")
+    return path
 
 
 def fixture_events(relative: str) -> list[str]:
@@ -89,13 +118,3 @@ def chat_body(max_tokens: int = 8, stream: bool = True, usage: bool = True, **ex
         body["stream_options"] = {"include_usage": True}
     body.update(extra)
     return body
-
-
-def wait_until(predicate, timeout_s: float = 5.0, interval_s: float = 0.01) -> bool:
-    """Poll predicate until true or timeout (bounded by time); returns its last value."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return bool(predicate())

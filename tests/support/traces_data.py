@@ -80,3 +80,17 @@ def json_body(*spans, service: str = "vllm") -> bytes:
 
                         item[key] = base64.b64decode(item[key]).hex()
     return json.dumps(document).encode()
+
+
+def varint(n: int) -> bytes:
+    out = b""
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+
+def proto_field(number: int, payload: bytes) -> bytes:
+    return varint(number << 3 | 2) + varint(len(payload)) + payload

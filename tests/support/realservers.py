@@ -1,6 +1,7 @@
-"""Start, watch and stop the real inference servers built by realservers/setup.sh, and read their /metrics.
+"""Start, watch and stop the real inference servers built by tests/integration/realservers/setup.sh, and read
+their /metrics.
 
-Used by conftest.py (session fixtures) and the integration tests. Everything here is bounded: every wait
+Used by tests/integration (its conftest.py holds the session fixtures) and by benchmarks/reference.py. Everything here is bounded: every wait
 has a deadline, every network call a timeout, and every server runs in its own process group so that
 stopping it also stops the children it spawned (vLLM's engine core).
 """
@@ -13,7 +14,6 @@ import ctypes
 import importlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -26,7 +26,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-SCRIPTS = Path(__file__).resolve().parent / "realservers"
+from tests.support.paths import REPO
+from tests.support.ports import free_port
+
+SCRIPTS = REPO / "tests" / "integration" / "realservers"
 # The same default as the scripts: $LPXTOP_REALSERVERS, else the user's cache dir.
 CACHE = Path(
     os.environ.get("LPXTOP_REALSERVERS")
@@ -34,7 +37,7 @@ CACHE = Path(
 )
 
 # small-llama (~85M parameters) keeps vLLM's engine, not its HTTP front end, the bottleneck on a CPU, so
-# requests queue visibly while /metrics stays responsive (see realservers/README.md).
+# requests queue visibly while /metrics stays responsive (see tests/integration/realservers/README.md).
 VLLM_MODEL = "small-llama"
 VLLM_MAX_NUM_SEQS = 2
 LLAMA_MODEL = "tiny-llama"
@@ -85,13 +88,6 @@ def missing_parts(server: str) -> list[str]:
     if done.returncode == 0:
         return []
     return [line.strip() for line in done.stdout.splitlines() if line.startswith("  ")] or [done.stdout.strip()]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # The servers run at a lower priority than the tests that watch them. Each server leads a new session,
@@ -432,3 +428,13 @@ async def wait_idle(
         await asyncio.sleep(0.5)
     seen = None if last is None else (last.value(running), last.value(waiting))
     raise AssertionError(f"{origin} not idle after {timeout_s:.0f} s (running, waiting) = {seen}")
+
+
+def require_built(server: str) -> None:
+    """Skip (or fail) when `server` ("vllm" or "llama") is not complete in the cache."""
+    gaps = missing_parts(server)
+    if gaps:
+        unavailable(
+            f"{server} not built in {CACHE} (missing: {'; '.join(gaps)}); "
+            f"build it with: bash {SCRIPTS / 'setup.sh'}"
+        )

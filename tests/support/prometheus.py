@@ -11,13 +11,18 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.functional.simhelpers import free_port
+from lpxtop.cli.assemble import build_engine
+from lpxtop.export.exporter import Exporter
+from lpxtop.export.settings import ExporterSettings
+from tests.support.ports import free_port
+from tests.support.sim import endpoint
 
 REQUIRE_ENV = "LPXTOP_REQUIRE_PROMETHEUS"
 START_TIMEOUT_S = 30.0
@@ -142,3 +147,25 @@ def running(proc: subprocess.Popen) -> Iterator[subprocess.Popen]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
+
+
+@contextmanager
+def exported(url: str, **endpoint_kw) -> Iterator[tuple[Exporter, object]]:
+    config = endpoint(url, model=None, interval_s=0.25, metrics_interval_s=0.3, **endpoint_kw)
+    engine = build_engine([config], window_s=300)
+    exporter = Exporter(engine, ExporterSettings(listen_port=0, host_label="test-host"))
+    exporter.start()
+    engine.start()
+    try:
+        yield exporter, engine
+    finally:
+        exporter.stop()
+        engine.stop()
+
+
+
+def scrape(exporter: Exporter, accept: str | None = None) -> httpx.Response:
+    headers = {"Accept": accept} if accept else {}
+    response = httpx.get(f"{exporter.url}/metrics", headers=headers, timeout=5.0)
+    assert response.status_code == 200
+    return response

@@ -11,7 +11,7 @@ from dataclasses import replace
 from lpxtop.engine.source import FixedSource
 from lpxtop.model.snapshot import Snapshot
 from lpxtop.ui.app import LpxtopApp, create_app
-from tests.snapshot_data import fixed_snapshot
+from tests.support.snapshot_data import fixed_snapshot
 
 
 class SwitchableSource(FixedSource):

@@ -11,9 +11,9 @@ from dataclasses import replace
 
 from lpxtop.load.search import capacity
 from lpxtop.load.slo import parse_slo
-from lpxtop.model.load import ClientHealth, Dist, LoadState, ServerDuringStep, StepResult
+from lpxtop.model.load import Capacity, ClientHealth, Dist, LoadState, ServerDuringStep, StepResult
 from lpxtop.model.snapshot import Snapshot
-from tests.snapshot_data import NOW, fixed_snapshot
+from tests.support.snapshot_data import NOW, fixed_snapshot
 
 SLO = parse_slo("ttft_p95<=500ms,e2e_p95<=10s,error_rate<=1%")
 
@@ -72,3 +72,13 @@ def load_snapshot(*, finished: bool = False) -> Snapshot:
                         step_index=3, in_flight=0)
     base = fixed_snapshot()
     return replace(base, load=state, seq=base.seq + state.seq)
+
+
+def done_state() -> LoadState:
+    s1 = StepResult(index=0, mode="concurrency", level=1.0, concurrency=1, request_rate=None, burstiness=None,
+                    max_concurrency=None, input_tokens_target=None, output_tokens_target=8, status="done",
+                    started_at=5.0, duration_s=2.0, completed=4, failed=1, errors=(("http_5xx", 1),),
+                    output_throughput=16.0, server=ServerDuringStep(kind="vllm", peak_requests_waiting=2.0))
+    return LoadState(target="http://127.0.0.1:8000/v1", model="m", mode="concurrency", search=False,
+                     planned_levels=(1.0,), slo_text=None, duration_s=2.0, warmup_s=0.0, phase="done",
+                     steps=(s1,), capacity=Capacity("concurrency", None, None, "no --slo given", "capacity: not judged"))

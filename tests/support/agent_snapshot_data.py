@@ -12,7 +12,7 @@ from lpxtop.engine.agent.window import summarize
 from lpxtop.model.agent import AgentStep
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.snapshot import EndpointView, Snapshot
-from tests.snapshot_data import NOW, fixed_snapshot
+from tests.support.snapshot_data import NOW, fixed_snapshot
 
 
 def _chat_step(i: int) -> AgentStep:

@@ -1,6 +1,5 @@
-"""Helpers shared by the port, discovery and action tests: real child processes on loopback ports.
-
-No tests here. Every wait is bounded by count and time; every child is killed at teardown.
+"""Loopback ports for tests: a free one, who listens on one, and real child processes that listen (the
+port, discovery and action tests). Every wait is bounded; every child is killed at teardown.
 """
 
 from __future__ import annotations
@@ -9,20 +8,20 @@ import contextlib
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+from tests.support.waiting import wait_for
 
 # The real sim started under the program name of another server: `python DIR/vllm serve --port P
 # --model M` has the command line of a vLLM started from its console script, and answers like one.
 SIM_AS_OTHER_SERVER = (
     "import sys\n"
     "del sys.argv[1]  # the server's subcommand ('serve'): the sim has none\n"
-    "from lpxtop.sim.cli import main\n"
+    "from lpxtop.cli.sim import main\n"
     "raise SystemExit(main())\n"
 )
 
@@ -39,16 +38,11 @@ REUSEPORT_LISTENER = (
 SLEEPER = "import time\ntime.sleep(60)\n"
 
 
-def wait_until(check: Callable[[], bool], timeout_s: float = 15.0, step_s: float = 0.05) -> bool:
-    """Poll `check` until true; at most timeout_s and timeout_s/step_s tries."""
-    deadline = time.monotonic() + timeout_s
-    for _ in range(int(timeout_s / step_s) + 1):
-        if check():
-            return True
-        if time.monotonic() > deadline:
-            break
-        time.sleep(step_s)
-    return False
+def free_port() -> int:
+    """A port nothing listens on now (the kernel's pick on 127.0.0.1)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def listening(port: int) -> bool:
@@ -98,7 +92,7 @@ class Children:
         return self.start([sys.executable, str(path), *argv])
 
     def wait_listening(self, proc: subprocess.Popen, port: int) -> subprocess.Popen:
-        assert wait_until(lambda: listening(port) or proc.poll() is not None), f"nothing listens on {port}"
+        wait_for(lambda: listening(port) or proc.poll() is not None, timeout=15, what=f"a listener on {port}")
         assert proc.poll() is None, f"the server for port {port} exited at start"
         return proc
 
