@@ -27,7 +27,6 @@ from lpxtop.engine.probe.errors import StreamError, classify_exception, raise_ht
 from lpxtop.engine.probe.reads import BatchedReads
 from lpxtop.engine.probe.sink import StreamSink
 from lpxtop.engine.probe.tracecontext import TRACEPARENT_HEADER, TraceContext, new_trace_context
-from lpxtop.engine.scrape.kinds import auth_headers
 from lpxtop.http import ConnectTimeout, HttpClient, HttpTimeout, PoolTimeout, Timeout
 from lpxtop.model.endpoint import EndpointConfig
 
@@ -44,7 +43,7 @@ def request_headers(endpoint: EndpointConfig, *, stream: bool = True) -> dict[st
     headers = {"Accept-Encoding": "identity", "User-Agent": "lpxtop"}
     if stream:
         headers["Accept"] = "text/event-stream"
-    headers.update(auth_headers(endpoint))
+    headers.update(endpoint.sent_headers)  # the credentials, resolved when the configuration was built
     return headers
 
 
