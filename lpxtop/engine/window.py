@@ -15,6 +15,7 @@ from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import Percentiles, Sample
 from lpxtop.model.server import ServerMetrics
 from lpxtop.model.snapshot import EndpointView, GaugeSummary, ServerPoint, ServerSummary
+from lpxtop.numbers import finite_or_none
 
 DEFAULT_WINDOW_S = 300.0
 DEFAULT_MAX_SAMPLES = 300
@@ -118,8 +119,8 @@ class EndpointWindow:
     def add_server_point(self, metrics: ServerMetrics, wall_time: float) -> None:
         # a gauge may legally be +Inf or NaN in /metrics: charts and sparklines get finite numbers or None
         self.server_history.append(
-            ServerPoint(wall_time, finite(metrics.requests_waiting), finite(metrics.requests_running),
-                        finite(metrics.kv_cache_usage))
+            ServerPoint(wall_time, finite_or_none(metrics.requests_waiting), finite_or_none(metrics.requests_running),
+                        finite_or_none(metrics.kv_cache_usage))
         )
 
     def reset(self) -> None:
@@ -222,20 +223,9 @@ def server_kind(config: EndpointConfig, server: ServerMetrics | None) -> str:
     return config.server_kind or "unknown"
 
 
-def finite(value: object) -> float | None:
-    """`value` as a finite float, or None (None, NaN, ±Inf, a number too large for a float, not a number)."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def _measure(sample: Sample, name: str) -> float | None:
     try:
-        return finite(getattr(sample, name))
+        return finite_or_none(getattr(sample, name))
     except (ArithmeticError, TypeError, ValueError):  # e.g. TPOT from a token count too large for a float
         return None
 
