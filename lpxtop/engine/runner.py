@@ -212,7 +212,6 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
                 self._emit(AlertsEvent(snapshot.wall_time, snapshot.alerts))
             self._emit(SnapshotEvent(snapshot))
 
-
     # ---- the engine's loop ----
 
     def _call(self, fn: Callable[..., None], *args: Any) -> None:
