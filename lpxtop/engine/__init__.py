@@ -13,7 +13,7 @@ The top level:
 - `once.py`: `Engine.collect_once`, for `lpxtop once`;
 - `window.py`: `EndpointWindow` (an endpoint's last probes and their summary) and `Tally` (outcome counts);
 - `alerts.py`: the alert rules and thresholds; `diagnosis.py`: what a failure means and what to do;
-- `source.py`: `SnapshotSource`, what the screens read.
+- `source.py`: `SnapshotSource` and `Capabilities`, what the screens may ask of a source.
 
 The names below are imported on first use (lpxtop/lazy.py): importing one module of the engine costs no more.
 """
@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_WINDOW_S",
     "AlertRules",
     "AlertThresholds",
+    "Capabilities",
     "EndpointWindow",
     "Engine",
     "EngineSettings",
@@ -38,5 +39,5 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "lpxtop.engine.window": ("DEFAULT_MAX_SAMPLES", "DEFAULT_WINDOW_S", "EndpointWindow", "Tally"),
     "lpxtop.engine.alerts": ("AlertRules", "AlertThresholds"),
     "lpxtop.engine.diagnosis": ("explain",),
-    "lpxtop.engine.source": ("SnapshotSource",),
+    "lpxtop.engine.source": ("Capabilities", "SnapshotSource"),
 })
