@@ -290,18 +290,14 @@ def describe(plan: LoadPlan) -> str:
 
 
 def run(command: str, args: argparse.Namespace) -> int:
-    from lpxtop.textsafe import register_secret
-
     try:
         plan = plan_from_args(args)
         _check_record_flags(args)
     except ConfigError as exc:
         print(f"lpxtop load: {exc}", file=sys.stderr)
         return 2
-    if args.api_key_env:
-        if args.api_key_env not in os.environ:
-            print(f"lpxtop load: warning: ${args.api_key_env} is not set; sending without an API key", file=sys.stderr)
-        register_secret(os.environ.get(args.api_key_env))
+    if args.api_key_env and args.api_key_env not in os.environ:
+        print(f"lpxtop load: warning: ${args.api_key_env} is not set; sending without an API key", file=sys.stderr)
     if not is_local(plan.endpoint.url) and not args.yes:
         print(describe(plan), file=sys.stderr)
         if not sys.stdin.isatty():

@@ -22,7 +22,7 @@ from lpxtop.engine.agent.prober import agent_view, wants_agent, with_agent
 from lpxtop.engine.agent.window import AgentWindow
 from lpxtop.engine.gpu.accel.energy import REPLAY_LOOKBACK_S, EnergyMeter
 from lpxtop.engine.source import Capabilities
-from lpxtop.engine.stats import EndpointWindow, server_kind
+from lpxtop.engine.window import EndpointWindow, Tally, server_kind
 from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
@@ -116,17 +116,13 @@ class ReplayState:
             ep = self._endpoint(view.name)
             ep.set_config(view.config)
             ep.model, ep.server, ep.known = view.model, view.server, True
-            w = ep.window
-            w.sent, w.ok, w.failed = view.probes_sent, view.probes_ok, view.probes_failed
-            w.client_limited = view.probes_client_limited
-            w.errors.update(view.errors)
-            w.last_error, w.last_error_time = view.last_error, view.last_error_time
+            ep.window.tally = Tally(view.probes_sent, view.probes_ok, view.probes_failed, view.probes_client_limited,
+                                    view.errors, view.last_error, view.last_error_time)
             if view.agent is not None:
-                a, counts = ep.agent_window(), view.agent
-                a.sent, a.ok, a.failed = counts.steps_sent, counts.steps_ok, counts.steps_failed
-                a.client_limited = counts.steps_client_limited
-                a.errors.update(counts.errors)
-                a.last_error, a.last_error_time = counts.last_error, counts.last_error_time
+                counts = view.agent
+                ep.agent_window().tally = Tally(counts.steps_sent, counts.steps_ok, counts.steps_failed,
+                                                counts.steps_client_limited, counts.errors, counts.last_error,
+                                                counts.last_error_time)
         self.gpu, self.host, self.ports, self.leftovers = keyframe.gpu, keyframe.host, keyframe.ports, keyframe.leftovers
         self.alerts = keyframe.alerts
         self.paused, self.interval_s = keyframe.paused, keyframe.interval_s

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from rich.cells import cell_len
 from rich.text import Text
 
-from lpxtop.engine.stats import finite as known  # None, NaN, ±Inf, too large or not a number -> None
+from lpxtop.numbers import finite_or_none as known  # None, NaN, ±Inf, too large or not a number -> None
 
 UNKNOWN = "--"
 

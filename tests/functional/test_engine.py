@@ -106,7 +106,7 @@ def _task_count(engine: Engine) -> int:
     async def count():
         return len(asyncio.all_tasks())
 
-    return asyncio.run_coroutine_threadsafe(count(), engine._loop).result(5)
+    return engine._loop_thread.run(count(), 5)
 
 
 def test_a_server_that_refuses_stream_options_is_probed_without_it():

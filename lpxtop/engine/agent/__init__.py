@@ -10,7 +10,37 @@
   bot, `POST /v3/chat`, `CozeChatSink`), and what they share, `platform.py`;
 - `nodes.py`: a workflow's nodes summarized over the window;
 - `chain.py`: what a chain of N steps costs, from the window's own step samples;
-- `window.py`: the bounded window of steps and its summary (`lpxtop.model.agent.AgentView`).
+- `window.py`: the bounded window of steps and its summary (`lpxtop.model.agent.AgentView`);
+- `prober.py`: what the engine runs per endpoint (`AgentProber`), and which probes an endpoint wants.
 
-Nothing here imports Textual or Rich.
+Nothing here imports Textual or Rich. The names below are imported on first use (lpxtop/lazy.py).
 """
+
+from lpxtop.lazy import lazy_exports
+
+__all__ = [
+    "AgentProber",
+    "AgentWindow",
+    "ToolSet",
+    "agent_view",
+    "chain_budget",
+    "load_tool_set",
+    "run_agent_step",
+    "run_coze_step",
+    "run_dify_step",
+    "run_dify_workflow_step",
+    "wants_agent",
+    "wants_chat",
+    "with_agent",
+]
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "lpxtop.engine.agent.prober": ("AgentProber", "agent_view", "wants_agent", "wants_chat", "with_agent"),
+    "lpxtop.engine.agent.window": ("AgentWindow",),
+    "lpxtop.engine.agent.tools": ("ToolSet", "load_tool_set"),
+    "lpxtop.engine.agent.chain": ("chain_budget",),
+    "lpxtop.engine.agent.step": ("run_agent_step",),
+    "lpxtop.engine.agent.coze": ("run_coze_step",),
+    "lpxtop.engine.agent.dify": ("run_dify_step",),
+    "lpxtop.engine.agent.difyworkflow": ("run_dify_workflow_step",),
+})

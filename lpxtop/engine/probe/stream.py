@@ -27,8 +27,7 @@ from lpxtop.engine.probe.errors import StreamError, classify_exception, raise_ht
 from lpxtop.engine.probe.reads import BatchedReads
 from lpxtop.engine.probe.sink import StreamSink
 from lpxtop.engine.probe.tracecontext import TRACEPARENT_HEADER, TraceContext, new_trace_context
-from lpxtop.engine.scrape.kinds import auth_headers
-from lpxtop.http import ConnectTimeout, HttpClient, HttpTimeout, PoolTimeout, Timeout
+from lpxtop.http import ConnectTimeout, HttpClient, HttpTimeout, PoolTimeout, Timeout, shown_url
 from lpxtop.model.endpoint import EndpointConfig
 
 # An error status's body is read for at most this long (and never past the request's own limit): a
@@ -44,7 +43,7 @@ def request_headers(endpoint: EndpointConfig, *, stream: bool = True) -> dict[st
     headers = {"Accept-Encoding": "identity", "User-Agent": "lpxtop"}
     if stream:
         headers["Accept"] = "text/event-stream"
-    headers.update(auth_headers(endpoint))
+    headers.update(endpoint.sent_headers)  # the credentials, resolved when the configuration was built
     return headers
 
 
@@ -160,7 +159,7 @@ async def _exchange(
         out.sent_wall_ns += response.start_ns - began_ns  # the wall clock at that same moment
     out.pool_wait_ns = response.pool_wait_ns
     if response.redirects:
-        out.redirected_to = shown_url(response.url)
+        out.redirected_to = redirect_target(response.url)
     try:
         if response.status_code != 200:
             # The status is the finding: from here on only the error body's own short bound applies.
@@ -235,16 +234,12 @@ class Watchdog:
         return True
 
 
-def shown_url(url: str) -> str | None:
-    """A URL a server sent (a redirect's target) as it may be shown and stored: no user:password, no query
-    string (signed URLs carry credentials there), outside text scrubbed and bounded."""
+def redirect_target(url: str) -> str | None:
+    """A URL a server sent (a redirect's target) as it may be shown and stored: `lpxtop.http.shown_url` (no
+    user:password, no query string: signed URLs carry credentials there), outside text scrubbed; None for a
+    URL that does not parse."""
     try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        netloc = f"{host}:{parts.port}" if parts.port else host
+        urlsplit(url).port  # noqa: B018 - a port that is not a number is a URL that does not parse
     except ValueError:
         return None
-    text = f"{parts.scheme}://{netloc}{parts.path}" + ("?…" if parts.query else "")
-    return textsafe.scrub(text[:MAX_URL_CHARS]) or None
+    return textsafe.scrub(shown_url(url, MAX_URL_CHARS)) or None

@@ -29,10 +29,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, finite, insert_sorted, remove_sorted
 from lpxtop.engine.traces.spans import merge
+from lpxtop.engine.window import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, insert_sorted, remove_sorted
 from lpxtop.model.chain import ChainSummary, JoinedRequest, PopulationSummary, SpanSegments
 from lpxtop.model.probe import Percentiles
+from lpxtop.numbers import finite_or_none
 
 DEFAULT_WAIT_S = 30.0  # how long a request waits for its span, and a span for its request
 SETTLE_S = 2.0  # a trace in pieces is joined this long after its first piece
@@ -86,7 +87,7 @@ class _Columns:
     def change(self, record: object, insert: bool) -> None:
         op = insert_sorted if insert else remove_sorted
         for name, values in self.values.items():
-            value = finite(getattr(record, name))
+            value = finite_or_none(getattr(record, name))
             if value is not None:
                 op(values, value)
 
@@ -192,8 +193,8 @@ class TraceJoin:
             if trace_id in self._pending or trace_id in self._joined_ids:
                 self.counts["duplicate_requests"] += 1
                 return
-            pending = _Pending(trace_id, endpoint, kind, sent_wall_ns, finite(client_ttft_ms),
-                               finite(client_e2e_ms), same_host, tag, now, self._receiver_drops)
+            pending = _Pending(trace_id, endpoint, kind, sent_wall_ns, finite_or_none(client_ttft_ms),
+                               finite_or_none(client_e2e_ms), same_host, tag, now, self._receiver_drops)
             orphan = self._orphans.pop(trace_id, None)
             if orphan is not None:
                 pending.segments, pending.saw_spans = orphan.segments, True
