@@ -19,7 +19,7 @@ import time
 import psutil
 
 from benchmarks.sim_processes import sim_processes
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.config import endpoints_from_urls
 
 

@@ -38,7 +38,7 @@ from benchmarks.sim_processes import REPO, sim_processes, stop_process
 
 ENGINE_CHILD = """
 import sys, time
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.config import endpoints_from_urls
 engine = build_engine(endpoints_from_urls(sys.argv[1:]), discover=False)
 engine.start()

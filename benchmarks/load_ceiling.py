@@ -62,12 +62,12 @@ TARGET_CONCURRENCY = 200
 TARGET_P99_MS = 20.0
 SIM_CODE = """
 import asyncio, sys
-from lpxtop.sim.cli import _serve
+from lpxtop.cli.sim import serve
 from lpxtop.sim.config import SimConfig
 cfg = SimConfig(model={model!r}, ttft_ms={ttft_ms}, itl_ms={itl_ms}, max_num_seqs=100_000, kv_tokens=100_000_000,
                 max_model_len=4096, batch_factor=0.0, jitter=0.0, prefill_ms_per_token=0.0, max_waiting=100_000,
                 max_records=100_000, seed=1)
-sys.exit(asyncio.run(_serve(cfg, "127.0.0.1", 0)))
+sys.exit(asyncio.run(serve(cfg, "127.0.0.1", 0)))
 """
 
 

@@ -40,10 +40,10 @@ from benchmarks.sim_processes import REPO, sim_processes, stop_process
 
 CHILD = """
 import json, sys, time
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.config import endpoints_from_urls
 mode, receiver, seconds, urls = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4:]
-sys.setswitchinterval(0.001)  # as the dashboard, once and load set it (lpxtop/cli.py)
+sys.setswitchinterval(0.001)  # as the dashboard, once and load set it (lpxtop/cli/common.py SWITCH_INTERVAL_S)
 engine = build_engine(endpoints_from_urls(urls), discover=False)
 pipeline = None
 if mode != "engine":

@@ -56,7 +56,7 @@ MB = 1024 * 1024
 # The engine without any UI: the same build_engine() call and defaults the CLI uses for URLs.
 ENGINE_CHILD = """\
 import sys, time
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.config import endpoints_from_urls
 seconds = float(sys.argv[1])
 engine = build_engine(endpoints_from_urls(sys.argv[2:]), discover=False)

@@ -48,7 +48,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 CHILD = """\
 import json, os, sys, time, threading
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.config import endpoints_from_urls
 mode, gpu_mode, path, seconds, warmup = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
 urls = sys.argv[6:]

@@ -152,7 +152,7 @@ def engine_report(engine, began: float) -> dict:
 
 
 def child_main(urls: list[str], report_s: float, seconds: float) -> int:
-    from lpxtop.assemble import build_engine
+    from lpxtop.cli.assemble import build_engine
     from lpxtop.config import endpoints_from_urls
 
     sys.setswitchinterval(0.001)

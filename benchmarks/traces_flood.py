@@ -100,7 +100,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.flood:
         return flood(args.flood, args.rate, args.seconds)
-    from lpxtop.cli import SWITCH_INTERVAL_S
+    from lpxtop.cli.common import SWITCH_INTERVAL_S
 
     sys.setswitchinterval(args.switch_interval if args.switch_interval is not None else SWITCH_INTERVAL_S)
     results = {}

@@ -113,7 +113,7 @@ async def shoot_without_gpu(engine, out: Path) -> None:
 
 async def shoot_load(out: Path) -> None:
     """A four-step concurrency sweep against a simulated server, shown at 80x24 once it is done."""
-    from lpxtop.load.cli import build_load_engine
+    from lpxtop.cli.load import build_load_engine
     from lpxtop.load.controller import LoadController
     from lpxtop.load.plan import LoadPlan
     from lpxtop.load.server_window import ServerWatch

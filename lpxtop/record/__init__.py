@@ -8,5 +8,6 @@ the live one by construction.
 Modules: `codec` (dataclasses to compact JSON and back, tolerant of added and removed fields),
 `store` (the file: schema, versions, chunks, damage), `fileformat` (its version and header check, without sqlite3), `recorder` (the engine listener and its writer
 thread), `retention` (age and size limits), `replay` (the SnapshotSource over a file, with a timeline),
-`compare`, `export`, `timeparse`, `cli`. Nothing here imports Textual or Rich.
+`compare`, `export`, `timeparse` (the `record`, `replay` and `export` commands: lpxtop/cli/record.py).
+Nothing here imports Textual or Rich.
 """

@@ -56,7 +56,7 @@ def test_once_table_and_down_endpoint_exit_1(sims):
 
 def test_once_never_imports_textual(sims):
     a, _ = sims
-    code = (f"import sys; from lpxtop.cli import main; rc = main(['once', {a.url!r}, '--samples', '1', '--json']); "
+    code = (f"import sys; from lpxtop.cli.entry import main; rc = main(['once', {a.url!r}, '--samples', '1', '--json']); "
             "sys.exit(3 if any(m.startswith('textual') for m in sys.modules) else rc)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

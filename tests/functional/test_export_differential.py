@@ -190,7 +190,7 @@ def test_the_exporters_metrics_with_hostile_names_pass_both_parsers_and_promtool
 
     import httpx
 
-    from lpxtop.assemble import build_engine
+    from lpxtop.cli.assemble import build_engine
     from lpxtop.config import normalize_url
     from lpxtop.export.exporter import Exporter
     from lpxtop.export.settings import ExporterSettings

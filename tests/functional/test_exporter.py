@@ -15,7 +15,7 @@ import httpx
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.export.exporter import Exporter
 from lpxtop.export.settings import ExporterSettings
 from lpxtop.model.probe import ERROR_KINDS
@@ -241,12 +241,14 @@ def test_exporter_command_reports_an_address_it_cannot_use(tmp_path):
 
 def test_the_dashboard_serves_the_same_with_export():
     """`lpxtop URL --export ADDR`: the dashboard's own engine, exported (the wiring, without a terminal)."""
-    from lpxtop.cli import _engine_for, _exporter_for, _load, build_parser
+    from lpxtop.cli.common import engine_for, load_endpoints
+    from lpxtop.cli.dashboard import exporter_for
+    from lpxtop.cli.entry import build_parser
 
     with start_sim_in_thread(SimConfig(model="sim-d", ttft_ms=5, itl_ms=1)) as sim:
         args = build_parser().parse_args([sim.url, "--export", "127.0.0.1:0", "--interval", "0.25", "--no-discover"])
-        engine = _engine_for(args, _load(args))
-        exporter = _exporter_for(args, engine, {})
+        engine = engine_for(args, load_endpoints(args))
+        exporter = exporter_for(args, engine, {})
         assert exporter is not None
         try:
             engine.start()
@@ -256,4 +258,4 @@ def test_the_dashboard_serves_the_same_with_export():
         finally:
             exporter.stop()
             engine.stop()
-    assert _exporter_for(build_parser().parse_args([]), engine, {}) is None
+    assert exporter_for(build_parser().parse_args([]), engine, {}) is None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.engine.gpu.simulated import SimulatedGpuCollector
 from lpxtop.export.exporter import Exporter
 from lpxtop.export.settings import ExporterSettings

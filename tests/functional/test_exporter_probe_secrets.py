@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from lpxtop import textsafe
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.export.exporter import Exporter
 from lpxtop.export.settings import ExporterSettings
 from tests.support.ports import free_port

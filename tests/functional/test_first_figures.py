@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.engine.runner import Engine
 from lpxtop.model.events import SampleEvent, ScrapeEvent, SnapshotEvent, SystemEvent
 from lpxtop.sim.config import SimConfig

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from lpxtop.cli import main
+from lpxtop.cli.entry import main
 from lpxtop.engine.runner import Engine, EngineSettings
 from lpxtop.engine.stats import EndpointWindow
 from lpxtop.engine.system.discovery import discover

@@ -186,7 +186,7 @@ def test_every_run_is_recorded_by_default_with_a_mark_per_step(tmp_path):
 def test_a_step_mark_after_the_recordings_last_reading_is_still_a_place_replay_jumps_to(tmp_path):
     """A load step's mark is placed at its first request; on a busy machine the engine's last reading (every
     second) can come before the last step began, and replay must still find the mark (`n`)."""
-    from lpxtop.load.cli import build_load_engine
+    from lpxtop.cli.load import build_load_engine
     from lpxtop.record.recorder import Recorder
     from lpxtop.record.replay import ReplaySource
     from tests.support.load_runs import plan_for

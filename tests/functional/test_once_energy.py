@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.engine.gpu.simulated import SimulatedGpuCollector
 from lpxtop.report import render_table
 from lpxtop.sim.config import SimConfig

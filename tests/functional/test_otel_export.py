@@ -16,7 +16,7 @@ from dataclasses import replace
 import pytest
 
 from lpxtop import textsafe
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.model.events import SampleEvent
 from lpxtop.otel import semconv as sc
 from lpxtop.otel.pipeline import OtlpPipeline
@@ -295,7 +295,7 @@ def test_load_requests_are_sampled_into_spans_and_all_counted_in_metrics(tmp_pat
 
 @pytest.mark.parametrize("command", [None, "demo", "once", "record", "exporter", "load"])
 def test_every_command_that_measures_takes_the_otlp_flags(command):
-    from lpxtop.cli import build_parser
+    from lpxtop.cli.entry import build_parser
 
     parser = build_parser(command)
     argv = ([] if command != "load" else ["127.0.0.1:1"]) + ["--otlp", "http://127.0.0.1:4318", "--otlp-sample",

@@ -11,7 +11,7 @@ import httpx
 import psutil
 import pytest
 
-from lpxtop.engine.system import procinfo
+from lpxtop.engine.system import listeners
 from lpxtop.engine.system.ports import PortMonitor
 from lpxtop.model.endpoint import EndpointConfig
 from tests.support.ports import REUSEPORT_LISTENER, SLEEPER, free_port, listener_pids, running_children
@@ -157,8 +157,8 @@ def _psutil_path(monkeypatch, tmp_path):
     """No sock_diag and a /proc without net tables (macOS, a sandbox): scan_listeners() takes psutil's
     path, which the tests below then bend. The Linux path is tested with real users in
     test_ports_listeners.py."""
-    no_tables = procinfo.ListenerScanner(proc=str(tmp_path), netlink=False)
-    monkeypatch.setattr(procinfo, "_LISTENERS", no_tables)
+    no_tables = listeners.ListenerScanner(proc=str(tmp_path), netlink=False)
+    monkeypatch.setattr(listeners, "_LISTENERS", no_tables)
 
 
 def _hide_socket_owners(monkeypatch, tmp_path):

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from lpxtop.cli import main
+from lpxtop.cli.entry import main
 from lpxtop.record.export import export
 from lpxtop.record.reading import Recording
 from tests.support.paths import FIXTURES

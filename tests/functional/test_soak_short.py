@@ -12,7 +12,7 @@ import threading
 import time
 
 from benchmarks import soak
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.support.ports import free_port

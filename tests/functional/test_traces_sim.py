@@ -128,7 +128,7 @@ def test_sim_cli_without_opentelemetry_proto_says_what_to_install():
     import sys
 
     code = ("import sys; sys.modules['opentelemetry.proto.collector.trace.v1'] = None\n"
-            "from lpxtop.sim.cli import main\n"
+            "from lpxtop.cli.sim import main\n"
             "sys.exit(main(['--port', '0', '--otlp-traces-endpoint', 'http://127.0.0.1:9/v1/traces']))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2

@@ -165,7 +165,7 @@ async def test_detail_summary_keeps_its_figures_whole(size):
 
 
 def test_command_shows_what_runs_not_the_interpreter():
-    from lpxtop.engine.system.procinfo import display_command
+    from lpxtop.engine.system.shown import display_command
 
     venv = "/home/ann/work/lpxtop/.venv"
     assert display_command(f"{venv}/bin/python3 {venv}/bin/lpxtop sim --port 18000") == "lpxtop sim --port 18000"

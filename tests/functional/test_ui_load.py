@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from rich.console import Console
 
-from lpxtop.load.cli import build_load_engine
+from lpxtop.cli.load import build_load_engine
 from lpxtop.load.controller import LoadController
 from lpxtop.load.report import report_json, steps_csv
 from lpxtop.load.server_window import ServerWatch

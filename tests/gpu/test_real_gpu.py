@@ -265,7 +265,7 @@ async def test_dashboard_shows_the_real_gpu_and_who_holds_it(collector: GpuColle
     was made on a real GPU)."""
     import os
 
-    from lpxtop.assemble import build_engine
+    from lpxtop.cli.assemble import build_engine
     from lpxtop.model.endpoint import EndpointConfig
     from lpxtop.ui.app import create_app
     from lpxtop.ui.widgets.gpu_panel import GpuPanel

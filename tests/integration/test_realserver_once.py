@@ -27,7 +27,7 @@ TOP_KEYS = {"schema", "lpxtop", "host", "time", "endpoints", "gpus", "gpu_status
 
 def run_once(tmp_path: Path, *args: str) -> tuple[int, dict, str]:
     """Run `python -m lpxtop once --json ARGS` with no user config; (exit code, parsed stdout, stderr)."""
-    import_lpxtop("lpxtop.cli", "main")
+    import_lpxtop("lpxtop.cli.entry", "main")
     # LPXTOP_LOG=INFO: stderr then says what each failed scrape answered, for the messages below
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"), "NO_COLOR": "1", "LPXTOP_LOG": "INFO"}
     done = subprocess.run(

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from lpxtop.cli import main
+from lpxtop.cli.entry import main
 
 
 @dataclass

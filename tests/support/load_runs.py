@@ -6,7 +6,7 @@ import io
 import json
 from dataclasses import dataclass
 
-from lpxtop.load.cli import build_load_engine
+from lpxtop.cli.load import build_load_engine
 from lpxtop.load.controller import LoadController
 from lpxtop.load.plan import LoadPlan
 from lpxtop.load.server_window import ServerWatch

@@ -21,7 +21,7 @@ from tests.support.waiting import wait_for
 SIM_AS_OTHER_SERVER = (
     "import sys\n"
     "del sys.argv[1]  # the server's subcommand ('serve'): the sim has none\n"
-    "from lpxtop.sim.cli import main\n"
+    "from lpxtop.cli.sim import main\n"
     "raise SystemExit(main())\n"
 )
 

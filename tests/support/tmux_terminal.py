@@ -51,7 +51,11 @@ class Terminal:
         self._conf = str(conf)
         self._env = {**os.environ, **(env or {})}
         self._env.pop("TMUX", None)  # never attach to the tmux this test may run inside
-        command = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "lpxtop", *args))
+        # The exit status goes to a file: tmux 3.3 sometimes reports a pane dead with no status when the
+        # program exits within moments of starting (a usage error), so its own `pane_dead_status` is not used.
+        self._status = Path(self._dir.name) / "exit-status"
+        program = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "lpxtop", *args))
+        command = f"{program}; s=$?; echo $s > {shlex.quote(str(self._status))}; exit $s"
         self._tmux("new-session", "-d", "-s", "main", "-x", str(cols), "-y", str(rows),
                    "-c", str(cwd or self._dir.name), command)
         self.cols, self.rows = cols, rows
@@ -97,9 +101,8 @@ class Terminal:
         """The program's exit status, once it has exited (bounded wait)."""
         deadline = time.monotonic() + timeout_s
         while True:
-            dead, status = (self._tmux("display-message", "-p", "-t", "main", "#{pane_dead} #{pane_dead_status}",
-                                       check=False).split() + ["", ""])[:2]
-            if dead == "1":
+            status = self._status.read_text().strip() if self._status.exists() else ""
+            if status.isdigit():
                 return int(status)
             if time.monotonic() >= deadline:
                 raise AssertionError(f"the program did not exit within {timeout_s:g} s; the screen:\n{self.screen()}")

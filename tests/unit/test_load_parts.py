@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from lpxtop.cli import main
-from lpxtop.config import ConfigError
-from lpxtop.load.cli import build_parser, is_local, plan_from_args
+from lpxtop.checks import ConfigError
+from lpxtop.cli.entry import main
+from lpxtop.cli.load import build_parser, is_local, plan_from_args
 from lpxtop.load.plan import LoadPlan
 from lpxtop.load.prompts import FILLER_WORDS, HEAD_WORDS, Calibration, FreshStarts, filler_text
 from lpxtop.load.report import report_json, steps_csv, write_text

@@ -128,7 +128,7 @@ def test_protobuf_nested_past_the_decoders_depth_is_a_bad_body():
 
 def test_importing_lpxtop_does_not_import_protobuf():
     # opentelemetry-proto costs ~0.1 s of start-up: only a receiver or the sim's exporter loads it
-    modules = ["lpxtop.cli", "lpxtop.engine.traces", "lpxtop.engine.traces.settings", "lpxtop.sim.server",
+    modules = ["lpxtop.cli.entry", "lpxtop.engine.traces", "lpxtop.engine.traces.settings", "lpxtop.sim.server",
                "lpxtop.engine.runner"]
     assert pulled_in(modules, ("google.protobuf", "opentelemetry")) == {}
 

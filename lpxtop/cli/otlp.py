@@ -8,8 +8,8 @@ import argparse
 import sys
 from typing import Any
 
-from lpxtop.config import ConfigError
-from lpxtop.durations import DurationError, parse_duration
+from lpxtop.checks import ConfigError
+from lpxtop.cli.common import duration_between
 from lpxtop.otel.settings import MAX_INTERVAL_S, MIN_INTERVAL_S, parse_share, resolve
 
 MISSING = ("OpenTelemetry export needs the OpenTelemetry packages, which this installation lacks: "
@@ -20,13 +20,6 @@ def _share(text: str) -> float:
     try:
         return parse_share(text, "--otlp-sample")
     except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _interval(text: str) -> float:
-    try:
-        return parse_duration(text, low=MIN_INTERVAL_S, high=MAX_INTERVAL_S)
-    except DurationError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
@@ -42,7 +35,7 @@ def add_otlp_flags(parser: argparse.ArgumentParser, *, load: bool = False) -> No
     what = "load-test requests traced (default 0.01: 1 %%)" if load else "probes and agent steps traced (default 1: all)"
     g.add_argument("--otlp-sample", type=_share, metavar="SHARE",
                    help=f"share of {what}, e.g. 0.1 or 10%%; metrics always count every request")
-    g.add_argument("--otlp-interval", type=_interval, metavar="DURATION",
+    g.add_argument("--otlp-interval", type=duration_between(MIN_INTERVAL_S, MAX_INTERVAL_S), metavar="DURATION",
                    help="time between exports (default 10s)")
 
 
@@ -68,6 +61,15 @@ def start_otlp(engine: Any, args: argparse.Namespace, table: dict | None = None,
     pipeline.attach(engine)
     pipeline.start()
     return pipeline
+
+
+def otlp_for(engine: Any, args: argparse.Namespace, file_config: Any | None) -> Any | None:
+    """With --otlp (or an [otlp] table in `file_config`, a FileConfig): the pipeline beside the engine, attached
+    before it starts; None when export is off (the OpenTelemetry packages are then never imported)."""
+    table = file_config.otlp if file_config is not None else None
+    if getattr(args, "otlp", None) is None and not table:
+        return None
+    return start_otlp(engine, args, table)
 
 
 def stop_otlp(pipeline: Any | None, *, prog: str = "lpxtop", quiet: bool = False) -> None:

@@ -7,8 +7,10 @@ import signal
 import sys
 import threading
 
-from lpxtop.arguments import ArgumentParser
-from lpxtop.config import ConfigError
+from lpxtop.checks import ConfigError
+from lpxtop.cli.arguments import ArgumentParser
+from lpxtop.cli.common import add_endpoint_flags, engine_for, load_endpoints, seconds
+from lpxtop.cli.otlp import add_otlp_flags, otlp_for, stop_otlp
 from lpxtop.http import is_loopback
 
 DESCRIPTION = """\
@@ -46,21 +48,11 @@ exit status: 0 after SIGTERM/SIGINT, 2 for usage or config errors (or an address
 """
 
 
-def _positive_float(text: str) -> float:
-    from lpxtop.cli import _seconds as check  # finite, within lpxtop's bounds for seconds
-
-    return check(text)
-
-
 def build_parser(command: str) -> argparse.ArgumentParser:
-    from lpxtop.cli import _add_endpoint_flags
-
     parser = ArgumentParser(prog=f"lpxtop {command}", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_endpoint_flags(parser)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_endpoint_flags(parser)
     add_exporter_flags(parser, with_listen=True)
-    from lpxtop.otel.cli import add_otlp_flags
-
     add_otlp_flags(parser)
     return parser
 
@@ -73,7 +65,7 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, with_listen: bool) ->
                        "interface, which lets anyone who reaches it use /probe)")
     g.add_argument("--host-label", metavar="NAME", help="the `host` label on every series (default: this host's name)")
     g.add_argument("--no-probe-endpoint", action="store_true", help="answer /probe with 404")
-    g.add_argument("--probe-timeout", type=_positive_float, metavar="DURATION",
+    g.add_argument("--probe-timeout", type=seconds, metavar="DURATION",
                    help="a /probe's time when the scraper sends no X-Prometheus-Scrape-Timeout-Seconds (default 10s)")
 
 
@@ -111,19 +103,15 @@ def start_exporter(engine, settings):
     return exporter
 
 
-
-
 def run(command: str, args: argparse.Namespace) -> int:
-    from lpxtop.cli import _engine_for, _load, _otlp_for, _stop_otlp
-
-    file_config = _load(args)
+    file_config = load_endpoints(args)
     settings = exporter_settings(args, file_config.exporter, args.config, args.listen)
-    engine = _engine_for(args, file_config)
-    otlp = _otlp_for(engine, args, file_config)
+    engine = engine_for(args, file_config)
+    otlp = otlp_for(engine, args, file_config)
     try:
         exporter = start_exporter(engine, settings)
     except ConfigError:
-        _stop_otlp(otlp, quiet=True)
+        stop_otlp(otlp, quiet=True)
         raise
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -139,5 +127,5 @@ def run(command: str, args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
         exporter.stop()
         engine.stop()
-        _stop_otlp(otlp)
+        stop_otlp(otlp)
     return 0

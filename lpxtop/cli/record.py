@@ -1,4 +1,4 @@
-"""`lpxtop record`, `lpxtop replay` and `lpxtop export` (registered in lpxtop.cli.PACKAGE_SUBCOMMANDS).
+"""`lpxtop record`, `lpxtop replay` and `lpxtop export` (registered in lpxtop/cli/entry.py COMMAND_MODULES).
 
 `record` and `export` never import Textual; `replay` opens the dashboard (imported only then), or
 prints a comparison without it.
@@ -14,8 +14,11 @@ import threading
 import time
 from pathlib import Path
 
-from lpxtop.arguments import ArgumentParser
-from lpxtop.config import ConfigError
+from lpxtop.checks import ConfigError
+from lpxtop.cli.arguments import ArgumentParser
+from lpxtop.cli.common import add_endpoint_flags, add_ui_flags, duration_between, engine_for, load_endpoints
+from lpxtop.cli.otlp import add_otlp_flags, otlp_for, stop_otlp
+from lpxtop.durations import format_duration
 
 FMT = argparse.RawDescriptionHelpFormatter
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -53,7 +56,6 @@ def run(command: str, args: argparse.Namespace) -> int:
 # ---- record ----
 
 def _record_parser() -> argparse.ArgumentParser:
-    from lpxtop.cli import _add_endpoint_flags, duration_between
     from lpxtop.record.settings import add_retention_flags
 
     parser = ArgumentParser(
@@ -72,27 +74,23 @@ def _record_parser() -> argparse.ArgumentParser:
                    help="stop after this long (90s, 15m, 1h; default: until Ctrl-C or SIGTERM)")
     g.add_argument("-q", "--quiet", action="store_true", help="print only the file's path")
     add_retention_flags(g)
-    _add_endpoint_flags(parser)
-    from lpxtop.otel.cli import add_otlp_flags
-
+    add_endpoint_flags(parser)
     add_otlp_flags(parser)
     return parser
 
 
 def _run_record(args: argparse.Namespace) -> int:
-    from lpxtop.cli import _engine_for, _load, _otlp_for, _stop_otlp
-    from lpxtop.durations import format_duration
     from lpxtop.record.recorder import Recorder
     from lpxtop.record.retention import format_size
     from lpxtop.record.settings import resolve
     from lpxtop.record.store import RecordingError, RecordingExists
 
     duration = args.duration
-    file_config = _load(args)
+    file_config = load_endpoints(args)
     settings = resolve(args, file_config.record, enabled=True, path=args.out)
-    engine = _engine_for(args, file_config)
+    engine = engine_for(args, file_config)
     path = settings.target()
-    otlp = _otlp_for(engine, args, file_config)
+    otlp = otlp_for(engine, args, file_config)
     # Before the file exists: a SIGTERM from then on ends the recording cleanly, never half-way.
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -102,7 +100,7 @@ def _run_record(args: argparse.Namespace) -> int:
     except RecordingError as exc:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        _stop_otlp(otlp, quiet=True)
+        stop_otlp(otlp, quiet=True)
         if isinstance(exc, RecordingExists):
             raise  # a usage error (exit 2)
         print(f"lpxtop record: recording stopped: {exc}", file=sys.stderr)  # a full disk, no permission
@@ -125,7 +123,7 @@ def _run_record(args: argparse.Namespace) -> int:
     finally:
         engine.stop()
         recorder.close()
-        _stop_otlp(otlp, quiet=args.quiet)
+        stop_otlp(otlp, quiet=args.quiet)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if recorder.failure is not None:
@@ -144,7 +142,6 @@ def _run_record(args: argparse.Namespace) -> int:
 # ---- replay ----
 
 def _replay_parser() -> argparse.ArgumentParser:
-    from lpxtop.cli import _add_ui_flags
     from lpxtop.record.timeparse import HELP
 
     parser = ArgumentParser(
@@ -162,7 +159,7 @@ def _replay_parser() -> argparse.ArgumentParser:
                         "percentiles in A and B and the change")
     parser.add_argument("--json", action="store_true", help="with --compare: print the comparison as JSON")
     parser.add_argument("--text", action="store_true", help="with --compare: print the comparison as a table")
-    _add_ui_flags(parser)
+    add_ui_flags(parser)
     return parser
 
 

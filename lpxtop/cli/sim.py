@@ -1,4 +1,4 @@
-"""Command-line front of the sim: `lpxtop sim ...` (and `python -m lpxtop.sim ...`)."""
+"""Command-line front of the simulator: `lpxtop sim ...` (and `python -m lpxtop.sim ...`)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,31 @@ import contextlib
 import signal
 import sys
 
-from lpxtop.arguments import ArgumentParser
-from lpxtop.durations import DurationError, parse_duration
+from lpxtop.cli.arguments import ArgumentParser
+from lpxtop.cli.common import duration_between
 from lpxtop.engine.traces.otlp import OtelUnavailable
 from lpxtop.sim.config import SimConfig, parse_background_load, parse_wave_load
 from lpxtop.sim.server import SimServer
 from lpxtop.sim.toolcall_options import TOOL_CALL_SHAPES
 
+DESCRIPTION = (
+    "Run the simulated OpenAI-compatible inference server alone (vLLM-like batching, queueing, KV cache, "
+    "/metrics in vLLM's format, injectable faults). It also plays the agent platforms: a Dify app "
+    "(/v1/chat-messages), a Dify workflow (/v1/workflows/run) and a Coze bot (/v3/chat)."
+)
 
-def _span_delay(text: str) -> float:
-    try:
-        return parse_duration(text, low=0.001, high=60.0, bare_unit=0.001)
-    except DurationError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+
+def build_parser(command: str) -> argparse.ArgumentParser:
+    """`lpxtop sim`'s parser."""
+    parser = ArgumentParser(prog="lpxtop sim", description=DESCRIPTION,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_sim_arguments(parser)
+    return parser
+
+
+def run(command: str, args: argparse.Namespace) -> int:
+    """`lpxtop sim`: serve until SIGINT/SIGTERM."""
+    return run_sim(args)
 
 
 def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
@@ -102,7 +114,7 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         "(e.g. http://127.0.0.1:4318/v1/traces; needs pip install 'lpxtop[otel]') (default: off)",
     )  # fmt: skip
     parser.add_argument(
-        "--otlp-schedule-delay", type=_span_delay, default=d.otlp_schedule_delay_s, metavar="DURATION",
+        "--otlp-schedule-delay", type=duration_between(0.001, 60.0, bare_unit=0.001), default=d.otlp_schedule_delay_s, metavar="DURATION",
         help="how often a batch of spans leaves, like OTEL_BSP_SCHEDULE_DELAY (a plain number is ms, as "
         "there) (default: %(default)gs)",
     )  # fmt: skip
@@ -145,12 +157,12 @@ def run_sim(args: argparse.Namespace) -> int:
         print(f"lpxtop sim: {exc}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(_serve(config, args.host, args.port))
+        return asyncio.run(serve(config, args.host, args.port))
     except KeyboardInterrupt:  # a second Ctrl-C while stopping
         return 0
 
 
-async def _serve(config: SimConfig, host: str, port: int) -> int:
+async def serve(config: SimConfig, host: str, port: int) -> int:
     server = SimServer(config)
     try:
         bound = await server.start(host, port)

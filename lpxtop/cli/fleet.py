@@ -6,7 +6,8 @@ import argparse
 import os
 import sys
 
-from lpxtop.arguments import ArgumentParser, env_name
+from lpxtop.cli.arguments import ArgumentParser, env_name
+from lpxtop.cli.common import positive_int, seconds
 
 DESCRIPTION = """\
 Open the dashboard on a whole fleet, read back from Prometheus: one row per host x endpoint of every
@@ -32,11 +33,8 @@ exit status (--json): 0 every endpoint up, 1 an endpoint is down, 2 usage error,
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:
-    from lpxtop.cli import _positive_int
-    from lpxtop.cli import _seconds as _positive_float  # finite, within lpxtop's bounds for seconds
-
     parser = ArgumentParser(prog=f"lpxtop {command}", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     g = parser.add_argument_group("Prometheus")
     g.add_argument("-p", "--prometheus", metavar="URL", help="Prometheus' base URL (http://prom:9090)")
     g.add_argument("--match", metavar="SELECTOR", default="",
@@ -47,11 +45,11 @@ def build_parser(command: str) -> argparse.ArgumentParser:
                    help="window of the table's figures, as PromQL writes it (default 5m, lpxtop's own window)")
     g.add_argument("--chart-rate", default="1m", metavar="DURATION",
                    help="rate window of each chart point (default 1m)")
-    g.add_argument("--refresh", type=_positive_float, default=5.0, metavar="DURATION",
+    g.add_argument("--refresh", type=seconds, default=5.0, metavar="DURATION",
                    help="ask Prometheus this often (default 5s)")
-    g.add_argument("--timeout", type=_positive_float, default=5.0, metavar="DURATION",
+    g.add_argument("--timeout", type=seconds, default=5.0, metavar="DURATION",
                    help="time limit of each query (default 5s)")
-    g.add_argument("--max-series", type=_positive_int, default=2000, metavar="N",
+    g.add_argument("--max-series", type=positive_int, default=2000, metavar="N",
                    help="series kept per query; more are cut, and said so (default 2000)")
     g.add_argument("--prometheus-token-env", type=env_name, metavar="VAR",
                    help="environment variable holding a bearer token for Prometheus (never shown)")
@@ -64,7 +62,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
 
 
 def settings_from_args(args: argparse.Namespace):
-    from lpxtop.config import ConfigError
+    from lpxtop.checks import ConfigError
     from lpxtop.fleet.client import normalize_base
     from lpxtop.fleet.promql import FleetQueries, SelectorError, check_duration, parse_matchers
     from lpxtop.fleet.source import FleetSettings

@@ -1,4 +1,4 @@
-"""`lpxtop load`: the command line of the load test (registered in lpxtop/cli.py PACKAGE_SUBCOMMANDS).
+"""`lpxtop load`: the command line of the load test (registered in lpxtop/cli/entry.py COMMAND_MODULES).
 
 Headless (`--no-ui`) and dashboard runs do the same test and write the same reports; the dashboard is
 imported only when it opens.
@@ -15,8 +15,18 @@ import sys
 import time
 from dataclasses import replace
 
-from lpxtop.arguments import ArgumentParser, env_name
-from lpxtop.config import ConfigError, normalize_url
+from lpxtop.checks import ConfigError
+from lpxtop.cli.arguments import ArgumentParser, env_name
+from lpxtop.cli.common import (
+    SWITCH_INTERVAL_S,
+    add_ui_flags,
+    duration_between,
+    positive_float,
+    positive_int,
+    seconds,
+)
+from lpxtop.cli.otlp import add_otlp_flags, start_otlp, stop_otlp
+from lpxtop.config import MIN_SECONDS, normalize_url
 from lpxtop.durations import DurationError, format_duration, parse_duration
 from lpxtop.http import is_loopback
 from lpxtop.load.plan import (
@@ -33,7 +43,6 @@ from lpxtop.load.slo import SloError, parse_slo
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.load import format_level
 
-SWITCH_INTERVAL_S = 0.001
 MAX_STEP_S = 7 * 24 * 3600.0  # the longest warm-up or measured window: a week
 STOP_WAIT_S = 15.0
 METRICS_INTERVAL_S = 1.0
@@ -73,11 +82,6 @@ def _milliseconds(text: str) -> float:
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:
-    from lpxtop.cli import _add_ui_flags, _positive_float, _positive_int, duration_between
-    from lpxtop.config import MAX_SECONDS, MIN_SECONDS
-
-    seconds = duration_between(MIN_SECONDS, MAX_SECONDS)
-
     parser = ArgumentParser(
         prog="lpxtop load",
         description="Run a load test against an OpenAI-compatible endpoint, step by step (closed-loop "
@@ -95,7 +99,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     load.add_argument("--input-tokens", metavar="N[,N...]",
                       help="prompt length in tokens (aimed with the server's own usage counts); a list sweeps it "
                       "at one --concurrency or --rate")
-    load.add_argument("--output-tokens", type=_positive_int, default=DEFAULT_OUTPUT_TOKENS, metavar="N",
+    load.add_argument("--output-tokens", type=positive_int, default=DEFAULT_OUTPUT_TOKENS, metavar="N",
                       help=f"max_tokens of every request (default {DEFAULT_OUTPUT_TOKENS})")
     load.add_argument("--ignore-eos", action="store_true",
                       help="ask the server not to stop before --output-tokens (vLLM, llama.cpp honour it)")
@@ -104,9 +108,9 @@ def build_parser(command: str) -> argparse.ArgumentParser:
                       help=f"measured window of each step: 30s, 2m, ... (default {format_duration(DEFAULT_DURATION_S)})")
     load.add_argument("--warmup", type=duration_between(0.0, MAX_STEP_S), default=DEFAULT_WARMUP_S, metavar="DURATION",
                       help=f"load held before each step's window, not counted (default {format_duration(DEFAULT_WARMUP_S)})")
-    load.add_argument("--burstiness", type=_positive_float, default=1.0, metavar="B",
+    load.add_argument("--burstiness", type=positive_float, default=1.0, metavar="B",
                       help="open loop: gamma shape of the arrival gaps as vllm bench serve (1 = Poisson, <1 burstier)")
-    load.add_argument("--max-concurrency", type=_positive_int, default=DEFAULT_MAX_CONCURRENCY, metavar="N",
+    load.add_argument("--max-concurrency", type=positive_int, default=DEFAULT_MAX_CONCURRENCY, metavar="N",
                       help=f"open loop: most requests in flight; later arrivals wait (default {DEFAULT_MAX_CONCURRENCY})")
     load.add_argument("--stagger", action="store_true",
                       help="closed loop: spread the workers' first requests over the warm-up instead of sending "
@@ -121,10 +125,10 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     slo.add_argument("--sweep", choices=("concurrency", "rate"),
                      help="search for the highest load meeting --slo: double until a step fails, then bisect "
                      "(--concurrency / --rate give the first load, default 1)")
-    slo.add_argument("--max-level", type=_positive_float, metavar="N",
+    slo.add_argument("--max-level", type=positive_float, metavar="N",
                      help="highest load the search may try (default 512 concurrent, 1000 req/s)")
-    slo.add_argument("--max-steps", type=_positive_int, default=16, metavar="N", help="most steps a search runs (default 16)")
-    slo.add_argument("--precision", type=_positive_float, default=0.1, metavar="SHARE",
+    slo.add_argument("--max-steps", type=positive_int, default=16, metavar="N", help="most steps a search runs (default 16)")
+    slo.add_argument("--precision", type=positive_float, default=0.1, metavar="SHARE",
                      help="a search stops when the last pass and the first fail are within this share "
                      "(default 0.1; a concurrency search also when they are neighbours)")
     slo.add_argument("--fail-on-slo", action="store_true",
@@ -164,15 +168,13 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     limits.add_argument("--client-lag-limit", type=_milliseconds, default=LAG_LIMIT_MS, metavar="DURATION",
                         help=f"a step whose requests saw lpxtop's loop later than this (p99) is client-limited: "
                         f"20ms, 0.1s, or a plain number of milliseconds (default {LAG_LIMIT_MS:g}ms)")
-    limits.add_argument("--client-cpu-wait-limit", type=_positive_float, default=CPU_WAIT_LIMIT, metavar="SHARE",
+    limits.add_argument("--client-cpu-wait-limit", type=positive_float, default=CPU_WAIT_LIMIT, metavar="SHARE",
                         help="... or whose thread waited for a CPU more than this share of the step "
                         f"(default {CPU_WAIT_LIMIT:g})")
     from lpxtop.record.settings import add_retention_flags
 
     add_retention_flags(out)
-    _add_ui_flags(parser)
-    from lpxtop.otel.cli import add_otlp_flags
-
+    add_ui_flags(parser)
     add_otlp_flags(parser, load=True)
     return parser
 
@@ -391,7 +393,7 @@ def build_load_engine(plan: LoadPlan, *, ui: bool, scrape: bool, readings: bool 
     from lpxtop.engine.scrape.servers import ServerScraper
 
     if ui:
-        from lpxtop.assemble import build_engine
+        from lpxtop.cli.assemble import build_engine
 
         engine = build_engine([plan.endpoint], scrape_metrics=scrape)
         engine.settings = replace(engine.settings, probes=False)
@@ -413,7 +415,6 @@ def attach_otlp(engine, controller, args: argparse.Namespace):
     --otlp-sample, 1 % by default: docs/opentelemetry.md says why), attached before anything starts."""
     if getattr(args, "otlp", None) is None:
         return None
-    from lpxtop.otel.cli import start_otlp
     from lpxtop.otel.measures import EndpointInfo  # no OpenTelemetry import: start_otlp says what is missing
 
     target = controller.plan.endpoint
@@ -463,10 +464,7 @@ def _run_test(plan: LoadPlan, args: argparse.Namespace, requests_out) -> int:
         controller.wait(STOP_WAIT_S)
         engine.stop()
         record_path = finish_recording(recorder)
-        if otlp is not None:
-            from lpxtop.otel.cli import stop_otlp
-
-            stop_otlp(otlp, prog="lpxtop load")
+        stop_otlp(otlp, prog="lpxtop load")
     if recorder is not None and recorder.failure is not None:
         print(f"lpxtop load: recording stopped: {recorder.failure}", file=sys.stderr)
     return _report(plan, controller, args, stopped_by, str(record_path) if record_path else None, watch)

@@ -22,8 +22,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from lpxtop.config import is_env_name
+
 # Option names that carry a secret as their value (the same words lpxtop masks in other processes'
-# command lines, engine/system/procinfo.py): --api-key, --api-keys, --token, --hf-token, --bearer, --password,
+# command lines, engine/system/shown.py): --api-key, --api-keys, --token, --hf-token, --bearer, --password,
 # --secret, --credentials, -k. Names ending in -env name a variable, not a key (--api-key-env).
 _SECRET_OPTION = re.compile(
     r"^(?:--?(?:[\w-]*[-_])?(?:keys?|tokens?(?<!_tokens)(?<!-tokens)|secrets?|password|passwd|bearer|credentials?)|-k)$",
@@ -87,14 +89,6 @@ class ArgumentParser(argparse.ArgumentParser):
         else:
             lines.append(f"  {self.prog} sends no key.")
         self.error("\n".join(lines))
-
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def is_env_name(text: str) -> bool:
-    """True when `text` can be an environment variable's name (letters, digits, _; not a digit first)."""
-    return bool(_ENV_NAME.match(text))
 
 
 def env_name(text: str) -> str:
