@@ -22,6 +22,7 @@ HEADLESS_MODULES = [
     "lpxtop.engine.system.discovery",
     "lpxtop.engine.probe.schedule",
     "lpxtop.jsonout",
+    "lpxtop.humanize",
     "lpxtop.http",
     "lpxtop.model",
     "lpxtop.model.server_gap",

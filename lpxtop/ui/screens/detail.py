@@ -13,8 +13,9 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, Tabs
 
+from lpxtop.humanize import fmt_ago, fmt_ms_unit, fmt_pct, fmt_rate
 from lpxtop.model.snapshot import EndpointView, Snapshot
-from lpxtop.ui.formatting import fmt_ago, fmt_ms_unit, fmt_pct, fmt_rate, pack_chunks, truncate
+from lpxtop.ui.formatting import pack_chunks, truncate
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.screens import already_shown
 from lpxtop.ui.screens.help import HelpPage, detail_help

@@ -15,9 +15,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from lpxtop.humanize import fmt_duration
 from lpxtop.model.load import LoadState
 from lpxtop.model.snapshot import Snapshot
-from lpxtop.ui.formatting import fmt_duration
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.screens import already_shown
 from lpxtop.ui.screens.help import HelpPage
