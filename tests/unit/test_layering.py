@@ -4,6 +4,7 @@ lpxtop/ has no import circle; outside lpxtop/http only its public face is import
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,8 +113,14 @@ def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
         elif isinstance(node, ast.If) and _is_type_checking(node.test):
             for branch in node.orelse:
                 yield from _imports(ast.Module(body=[branch], type_ignores=[]))
-        else:
+        elif isinstance(node, (ast.stmt, ast.excepthandler, ast.match_case)):  # an expression holds no import
             yield from _imports(node)
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """The file's syntax tree, parsed once for all the tests here."""
+    return ast.parse(path.read_text(), path.relative_to(ROOT).as_posix())
 
 
 def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> Iterator[tuple[str, str | None]]:
@@ -138,7 +145,7 @@ def _import_graph() -> dict[str, set[str]]:
     modules = _module_names(ROOT / "lpxtop", "lpxtop")
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _tree(path)
         for node in _imports(tree):
             for target, member in _imported(node, name, path.name == "__init__.py"):
                 if member is not None and f"{target}.{member}" in modules:
@@ -229,7 +236,7 @@ def test_outside_lpxtop_http_only_its_public_face_is_imported():
             if where.startswith("lpxtop/http/") or where.startswith(HTTP_INSIDERS):
                 continue
             module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-            for node in _imports(ast.parse(path.read_text(), where)):
+            for node in _imports(_tree(path)):
                 for target, member in _imported(node, module, path.name == "__init__.py"):
                     if target.startswith("lpxtop.http."):
                         offenders.append(f"{where}:{node.lineno}: imports {target}")
