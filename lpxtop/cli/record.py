@@ -80,8 +80,8 @@ def _record_parser() -> argparse.ArgumentParser:
 
 
 def _run_record(args: argparse.Namespace) -> int:
+    from lpxtop.humanize import file_size
     from lpxtop.record.recorder import Recorder
-    from lpxtop.record.retention import format_size
     from lpxtop.record.settings import resolve
     from lpxtop.record.store import RecordingError, RecordingExists
 
@@ -134,7 +134,7 @@ def _run_record(args: argparse.Namespace) -> int:
     if not args.quiet:
         seconds = time.monotonic() - began
         print(f"lpxtop record: {recorder.events_written} events in {seconds:.0f} s, "
-              f"{format_size(recorder.stored_bytes)} stored", file=sys.stderr)
+              f"{file_size(recorder.stored_bytes)} stored", file=sys.stderr)
     print(path)
     return EXIT_OK
 

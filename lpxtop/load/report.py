@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Sequence
 
 from lpxtop import __version__, jsonout
-from lpxtop.load.search import fmt_ms
+from lpxtop.humanize import spoken_ms
 from lpxtop.model.load import SCHEMA, LoadState, StepResult, format_level
 
 
@@ -130,7 +130,7 @@ def step_table(state: LoadState) -> str:
     lines = [header]
     for s in state.steps:
         def ms(d, q: str) -> str:
-            return "--" if d is None else fmt_ms(getattr(d, q))
+            return "--" if d is None else spoken_ms(getattr(d, q))
 
         slo = "--" if s.slo_met is None else ("met" if s.slo_met else "missed")
         if s.client.limited:

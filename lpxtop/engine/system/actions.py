@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import psutil
 
 from lpxtop.engine.system.ports import is_root
-from lpxtop.engine.system.shown import escaped, format_age, redact_argv, safe_name, short_command
+from lpxtop.engine.system.shown import escaped, redact_argv, safe_name, short_command
+from lpxtop.humanize import message_age
 
 READONLY_REFUSAL = "read-only mode (--readonly): process actions are disabled"
 
@@ -46,7 +47,7 @@ class Confirmation:
     @property
     def text(self) -> str:
         """The dialog body: what will be signalled, by whom it is owned, since when."""
-        age = f"{format_age(time.time() - self.started_at)} ago" if self.started_at else "?"
+        age = f"{message_age(time.time() - self.started_at)} ago" if self.started_at else "?"
         lines = [
             f"Send {self.signal_name} to PID {self.pid}?",
             f"user:    {escaped(self.user or '?')}",

@@ -88,20 +88,6 @@ def safe_name(name: str | None) -> str | None:
     return scrub(name)
 
 
-def format_age(seconds: float | None) -> str:
-    """``"3 h"`` style age for messages; ``"?"`` when unknown."""
-    if seconds is None:
-        return "?"
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 86400:
-        return f"{seconds / 3600:.0f} h"
-    return f"{seconds / 86400:.0f} d"
-
-
 def escaped(text: str) -> str:
     """`text` with control characters escaped (``\\n``, ``\\x1b``): a process picks its own command
     line, and a newline or a terminal escape in it must not break a one-line message or the screen."""
@@ -117,8 +103,3 @@ def short_command(cmdline: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def format_bytes(n: int) -> str:
-    """GiB/MiB for memory in messages."""
-    if n >= 1 << 30:
-        return f"{n / (1 << 30):.1f} GiB"
-    return f"{n / (1 << 20):.0f} MiB"

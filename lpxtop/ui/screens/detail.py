@@ -12,8 +12,9 @@ from textual.containers import Grid, VerticalScroll
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, Tabs
 
+from lpxtop.humanize import fmt_ago, fmt_ms_unit, fmt_pct, fmt_rate
 from lpxtop.model.snapshot import EndpointView, Snapshot
-from lpxtop.ui.formatting import fmt_ago, fmt_ms_unit, fmt_pct, fmt_rate, pack_chunks, truncate
+from lpxtop.ui.formatting import pack_chunks, truncate
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.screens.base import SnapshotScreen
 from lpxtop.ui.screens.help import HelpPage, detail_help

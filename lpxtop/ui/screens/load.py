@@ -14,9 +14,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer
 
+from lpxtop.humanize import fmt_duration
 from lpxtop.model.load import LoadState
 from lpxtop.model.snapshot import Snapshot
-from lpxtop.ui.formatting import fmt_duration
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.screens.base import SnapshotScreen
 from lpxtop.ui.screens.help import HelpPage

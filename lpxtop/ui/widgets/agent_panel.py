@@ -12,12 +12,13 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from lpxtop.humanize import UNKNOWN, fmt_ago, fmt_ms
 from lpxtop.model.agent import SEGMENT_LABELS, SEGMENTS, AgentView
 from lpxtop.model.endpoint import PLATFORM_APIS
 from lpxtop.model.platform import NodeSummary
 from lpxtop.model.probe import Percentiles
 from lpxtop.model.snapshot import EndpointView
-from lpxtop.ui.formatting import UNKNOWN, fmt_ago, fmt_ms, truncate
+from lpxtop.ui.formatting import truncate
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.widgets.waterfall import render_waterfall, shown_step
 

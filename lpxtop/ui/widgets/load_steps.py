@@ -1,7 +1,7 @@
 """The load test's step panel: where the test is, the running step's live figures, the server right now, and
 one row per step (the running one last, in italics).
 
-Figures are formatted as everywhere in lpxtop (`ui/formatting.py`), from the same `StepResult`s the JSON
+Figures are formatted as everywhere in lpxtop (`lpxtop/humanize.py`), from the same `StepResult`s the JSON
 and CSV are written from, so the screen and the report say the same thing.
 """
 
@@ -15,9 +15,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
+from lpxtop.humanize import fmt_count, fmt_duration, fmt_ms, fmt_pct, fmt_rate
 from lpxtop.model.load import LoadState, StepResult, format_level
 from lpxtop.model.server import ServerMetrics
-from lpxtop.ui.formatting import fmt_count, fmt_duration, fmt_ms, fmt_pct, fmt_rate, pack_chunks
+from lpxtop.ui.formatting import pack_chunks
 from lpxtop.ui.palette import Palette
 
 PHASE_TEXT = {

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from lpxtop.humanize import UNKNOWN, fmt_ms, fmt_signed_ms
 from lpxtop.model.server import ServerLatency
 from lpxtop.model.snapshot import EndpointView
-from lpxtop.ui.formatting import UNKNOWN, fmt_ms, fmt_signed_ms
 from lpxtop.ui.palette import Palette
 
 # (ServerMetrics field, label, what it times), in the order a request goes through them
