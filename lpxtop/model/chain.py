@@ -27,6 +27,9 @@ UNJOINED_REASONS = (
     "no_span",  # nothing with its trace id came within the wait
     "span_without_latency_attributes",  # spans came, none with a segment lpxtop reads
     "receiver_dropped",  # the receiver dropped spans (rate, size, garbage) while this one was awaited
+    "store_full",  # pushed out of the bounded store by newer requests before its span came
+    "span_parent_unknown",  # spans came for its trace (shared by an agent step's calls), none under its own span
+    "deadline",  # `once` ended (--deadline) before its span came
 )
 
 
@@ -49,6 +52,8 @@ class SpanSegments:
     server_ttft_ms: float | None = None
     server_e2e_ms: float | None = None
     complete: bool = True  # False: more spans of this trace may still add segments (SGLang's slices)
+    span_id: str | None = None  # the span's own id (hex), and its parent's: a request lpxtop sent is the
+    parent_span_id: str | None = None  # parent of its server span, so calls sharing one trace are told apart
 
     @property
     def has_latency(self) -> bool:
@@ -74,10 +79,18 @@ class JoinedRequest:
     server_e2e_ms: float | None = None
     outside_ms: float | None = None
     tag: str | None = None  # the sender's own label (a load step, an agent call), passed through
+    span_id: str | None = None  # lpxtop's span of the request (its traceparent's), None when not noted
 
     @property
     def wall_time(self) -> float:
         return self.sent_wall_ns / 1e9
+
+    @property
+    def server_other_ms(self) -> float | None:
+        """The server's TTFT outside its queue and prefill: its front end, tokenization, the hop to the engine."""
+        if self.server_ttft_ms is None or self.queue_ms is None or self.prefill_ms is None:
+            return None
+        return max(0.0, self.server_ttft_ms - self.queue_ms - self.prefill_ms)
 
     def to_json(self) -> dict:
         def r(x: float | None) -> float | None:
@@ -90,6 +103,40 @@ class JoinedRequest:
             "decode_ms": r(self.decode_ms), "server_ttft_ms": r(self.server_ttft_ms),
             "server_e2e_ms": r(self.server_e2e_ms), "outside_ms": r(self.outside_ms),
         }
+
+
+@dataclass(frozen=True)
+class UnjoinedRequest:
+    """One request lpxtop sent whose wait for its server span ended without one, and why (UNJOINED_REASONS)."""
+
+    trace_id: str
+    endpoint: str
+    kind: str
+    sent_wall_ns: int
+    reason: str
+    tag: str | None = None
+    span_id: str | None = None
+
+    @property
+    def wall_time(self) -> float:
+        return self.sent_wall_ns / 1e9
+
+
+@dataclass(frozen=True)
+class ChainEvent:
+    """A request's chain settled (an engine event, lpxtop/model/events.py): joined to its server span
+    (`joined`), or given up on (`unjoined`). `wall_time` is when lpxtop learned it. The recorder keeps
+    them, so a replay shows the Chain tab and the exact Gap as they were."""
+
+    wall_time: float
+    endpoint: str
+    joined: JoinedRequest | None = None
+    unjoined: UnjoinedRequest | None = None
+
+    @property
+    def kind(self) -> str:
+        settled = self.joined or self.unjoined
+        return settled.kind if settled is not None else "probe"
 
 
 @dataclass(frozen=True)
