@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 
 from lpxtop import __version__
@@ -31,6 +32,7 @@ from lpxtop.config import (
     settle_agent_settings,
 )
 from lpxtop.durations import DurationError, parse_duration
+from lpxtop.engine.traces.attach import add_traces_flags, finish_once, start_traces, stop_traces
 from lpxtop.jsonout import dumps
 
 # Subcommands whose code lives in a package of its own: module -> `build_parser(command)` and
@@ -276,6 +278,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         _add_ui_flags(parser)
         _add_record_flags(parser)
         _add_otlp_flags(parser)
+        add_traces_flags(parser)
         return parser
     if command == "once":
         parser = ArgumentParser(
@@ -297,6 +300,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                             help="also record the probes and readings to FILE (lpxtop replay/export read it)")
         _add_endpoint_flags(parser)
         _add_otlp_flags(parser)
+        add_traces_flags(parser)
         return parser
     if command == "demo":
         parser = ArgumentParser(
@@ -446,6 +450,8 @@ def _run_once(args: argparse.Namespace) -> int:
     # as the dashboard does: a thread that wakes with bytes to stamp waits ~1 ms for the lock, not 5
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     otlp = _otlp_for(engine, args, file_config)
+    began = time.monotonic()
+    traces = start_traces(engine, args, file_config.traces, endpoints=file_config.endpoints)
     recorder = None
     if args.record:
         from lpxtop.record.recorder import Recorder
@@ -458,10 +464,15 @@ def _run_once(args: argparse.Namespace) -> int:
                                           refuse_existing=True)
         except RecordingExists as exc:
             _stop_otlp(otlp, quiet=True)
+            stop_traces(traces, quiet=True)
             raise ConfigError(str(exc)) from None
     try:
-        snapshot = engine.collect_once(samples=args.samples, timeout_s=args.deadline, interval_s=args.interval)
+        snapshot = engine.collect_once(samples=args.samples, timeout_s=max(0.1, args.deadline - (time.monotonic() - began)),
+                                       interval_s=args.interval)
+        # the probes' server spans, within what --deadline leaves (vLLM batches them: seconds late)
+        snapshot = finish_once(traces, snapshot, args.deadline - (time.monotonic() - began))
     finally:
+        stop_traces(traces)
         if recorder is not None:
             recorder.close()
             if recorder.failure is not None:
@@ -469,6 +480,7 @@ def _run_once(args: argparse.Namespace) -> int:
         _stop_otlp(otlp)
     data = snapshot.to_json()
     data["otlp"] = otlp.status() if otlp is not None else None  # what OpenTelemetry export sent and lost
+    data["traces"] = traces.status() if traces is not None else None  # the receiver's counts (docs/traces.md)
     if not snapshot.endpoints:
         message = "no endpoint given and none found on this machine: pass a URL (lpxtop once 127.0.0.1:8000)"
         if args.json:
@@ -486,6 +498,7 @@ def _run_dashboard(args: argparse.Namespace) -> int:
     file_config = _load(args)
     engine = _engine_for(args, file_config)
     otlp = _otlp_for(engine, args, file_config)
+    traces = start_traces(engine, args, file_config.traces, endpoints=file_config.endpoints, wait=False)
     recorder = _start_recording(engine, args, file_config.record, file_config.endpoints)
     exporter = _exporter_for(args, engine, file_config.exporter)
     try:
@@ -495,6 +508,7 @@ def _run_dashboard(args: argparse.Namespace) -> int:
         if exporter is not None:
             exporter.stop()
         _stop_otlp(otlp)
+        stop_traces(traces)
 
 
 def _run_demo(args: argparse.Namespace) -> int:

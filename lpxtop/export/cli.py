@@ -9,6 +9,7 @@ import threading
 
 from lpxtop.arguments import ArgumentParser
 from lpxtop.config import ConfigError
+from lpxtop.engine.traces.attach import add_traces_flags, start_traces, stop_traces
 from lpxtop.http import is_loopback
 
 DESCRIPTION = """\
@@ -22,7 +23,7 @@ Families (base units, `_total` counters; labels host, endpoint, model, server_ki
   lpxtop_probes_total, lpxtop_probe_errors_total{kind}, lpxtop_probe_output_tokens_total,
   lpxtop_probes_client_limited_total   probes during which lpxtop itself was late
   lpxtop_probe_window_{ttft,itl,tpot,e2e}_seconds{percentile}   the dashboard's own window percentiles
-  lpxtop_ttft_gap_seconds{method}   time outside the engine, only where it compares (probe_only, window_means)
+  lpxtop_ttft_gap_seconds{method}   time outside the engine, only where it compares (joined_spans, probe_only, window_means)
   lpxtop_server_requests_{waiting,running}, lpxtop_server_kv_cache_usage_ratio, ...
   lpxtop_server_{ttft,queue_time,prefill_time,decode_time,itl,tpot,e2e}_mean_seconds   exact (Δsum/Δcount)
   lpxtop_agent_step_seconds, lpxtop_agent_time_to_tool_call_seconds   histograms (--probe agent)
@@ -62,6 +63,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     from lpxtop.otel.cli import add_otlp_flags
 
     add_otlp_flags(parser)
+    add_traces_flags(parser)
     return parser
 
 
@@ -120,10 +122,12 @@ def run(command: str, args: argparse.Namespace) -> int:
     settings = exporter_settings(args, file_config.exporter, args.config, args.listen)
     engine = _engine_for(args, file_config)
     otlp = _otlp_for(engine, args, file_config)
+    traces = start_traces(engine, args, file_config.traces, endpoints=file_config.endpoints)
     try:
         exporter = start_exporter(engine, settings)
     except ConfigError:
         _stop_otlp(otlp, quiet=True)
+        stop_traces(traces, quiet=True)
         raise
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -140,4 +144,5 @@ def run(command: str, args: argparse.Namespace) -> int:
         exporter.stop()
         engine.stop()
         _stop_otlp(otlp)
+        stop_traces(traces, prog="lpxtop exporter")
     return 0

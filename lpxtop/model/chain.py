@@ -87,10 +87,12 @@ class JoinedRequest:
 
     @property
     def server_other_ms(self) -> float | None:
-        """The server's TTFT outside its queue and prefill: its front end, tokenization, the hop to the engine."""
+        """The server's TTFT outside its queue and prefill: its front end, tokenization, the hop to the engine.
+        Not clamped at 0: the server takes its TTFT and its queue/prefill on two clocks (vLLM: the front end's
+        and the engine core's), and a small negative value says so, where a clamp would break the sum."""
         if self.server_ttft_ms is None or self.queue_ms is None or self.prefill_ms is None:
             return None
-        return max(0.0, self.server_ttft_ms - self.queue_ms - self.prefill_ms)
+        return self.server_ttft_ms - self.queue_ms - self.prefill_ms
 
     def to_json(self) -> dict:
         def r(x: float | None) -> float | None:
@@ -221,3 +223,64 @@ class ReceiverStats:
 
 def _p(p: Percentiles | None) -> dict | None:
     return None if p is None else p.to_json()
+
+
+SPLIT_QUANTILES = (50, 95)
+SPLIT_PARTS = ("queue_ms", "prefill_ms", "server_other_ms", "outside_ms")
+
+
+@dataclass(frozen=True)
+class TtftSplit:
+    """A load step's TTFT at a quantile, split by its requests' own server spans.
+
+    The requests whose client TTFT lies around the quantile (the nearest ranks: 5 % of the step's joined
+    requests, at least one) and the mean of each part over them: the server's queue, its prefill, the rest
+    of its TTFT (its front end, tokenization, the hop to the engine: `server_other_ms`), and the time
+    outside the server. The parts add up to `ttft_ms`, those requests' mean client TTFT, exactly.
+    """
+
+    quantile: int
+    ttft_ms: float
+    queue_ms: float
+    prefill_ms: float
+    server_other_ms: float
+    outside_ms: float
+    requests: int
+
+    def to_json(self) -> dict:
+        return {"ttft_ms": round(self.ttft_ms, 3), "queue_ms": round(self.queue_ms, 3),
+                "prefill_ms": round(self.prefill_ms, 3), "server_other_ms": round(self.server_other_ms, 3),
+                "outside_ms": round(self.outside_ms, 3), "requests": self.requests}
+
+
+@dataclass(frozen=True)
+class StepChain:
+    """A load step's requests joined to their server spans: the chain (as an endpoint's, over the step's
+    counted requests; `all_requests`: every span that started during the step) and the TTFT split."""
+
+    summary: ChainSummary
+    split: tuple[TtftSplit, ...] = ()
+
+    def split_at(self, quantile: int) -> TtftSplit | None:
+        return next((s for s in self.split if s.quantile == quantile), None)
+
+    def split_json(self) -> dict:
+        return {f"p{q}": (s.to_json() if (s := self.split_at(q)) is not None else None) for q in SPLIT_QUANTILES}
+
+
+def ttft_split(requests: list[JoinedRequest], quantile: int) -> TtftSplit | None:
+    """The split of the TTFT at `quantile` (see TtftSplit) over joined requests with every part known."""
+    usable = sorted((r for r in requests if r.client_ttft_ms is not None and r.outside_ms is not None
+                     and r.server_other_ms is not None), key=lambda r: r.client_ttft_ms or 0.0)
+    n = len(usable)
+    if not n:
+        return None
+    center = round(quantile / 100 * (n - 1))
+    half = round(0.025 * n)
+    band = usable[max(0, center - half): min(n, center + half + 1)]
+
+    def mean(name: str) -> float:
+        return sum(getattr(r, name) for r in band) / len(band)
+
+    return TtftSplit(quantile, mean("client_ttft_ms"), mean("queue_ms"), mean("prefill_ms"), mean("server_other_ms"),
+                     mean("outside_ms"), len(band))

@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, finite, insert_sorted, remove_sorted
+from lpxtop.engine.traces.limits import DEFAULT_WAIT_S
 from lpxtop.engine.traces.spans import merge
 from lpxtop.model.chain import ChainSummary, JoinedRequest, PopulationSummary, SpanSegments, UnjoinedRequest
 from lpxtop.model.probe import Percentiles
 
-DEFAULT_WAIT_S = 30.0  # how long a request waits for its span, and a span for its request
 SETTLE_S = 2.0  # a trace in pieces is joined this long after its first piece
 MAX_PENDING = 4096  # requests awaiting their span
 MAX_ORPHANS = 8192  # spans awaiting their request (most are other users' and expire)
@@ -72,7 +72,7 @@ class RequestNote:
     client_ttft_ms: float | None
     client_e2e_ms: float | None = None
     kind: str = "probe"
-    same_host: bool = False
+    same_host: bool | None = None  # None: TraceJoin.same_host_of(endpoint) says, when the span comes
     tag: str | None = None
     span_id: str | None = None  # its traceparent's span id: told apart from other requests of its trace
 
@@ -208,6 +208,8 @@ class TraceJoin:
         self._population_listeners: list[Callable[[SpanSegments], None]] = []
         self._receiver_drops = 0
         self.counts: Counter[str] = Counter()  # joined, unjoined, duplicate_segments, late_spans, ...
+        # whether an endpoint is this host, for requests noted without saying (the engine's feed knows by name)
+        self.same_host_of: Callable[[str], bool] = lambda endpoint: False
 
     # -- the engine's side ------------------------------------------------------------------------
 
@@ -455,7 +457,8 @@ class TraceJoin:
         assert s is not None
         to_server = None
         client_ttft = finite(n.client_ttft_ms)
-        if n.same_host and s.start_wall_ns is not None:
+        same_host = n.same_host if n.same_host is not None else self.same_host_of(n.endpoint)
+        if same_host and s.start_wall_ns is not None:
             to_server = (s.start_wall_ns - n.sent_wall_ns) / 1e6
         outside = None
         if client_ttft is not None and s.server_ttft_ms is not None:

@@ -20,8 +20,7 @@ from typing import Any
 
 from lpxtop.config import ConfigError, check_http_url
 from lpxtop.durations import DurationError, parse_duration
-from lpxtop.engine.traces.join import DEFAULT_WAIT_S
-from lpxtop.engine.traces.receiver import MAX_BODY_BYTES, SPANS_PER_S, ReceiverSettings
+from lpxtop.engine.traces.limits import DEFAULT_WAIT_S, MAX_BODY_BYTES, SPANS_PER_S, ReceiverSettings
 
 TRACES_KEYS = ("listen", "forward", "spans_per_s", "max_body_bytes", "wait")
 MAX_SPANS_PER_S = 1_000_000.0
