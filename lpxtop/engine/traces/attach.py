@@ -18,11 +18,11 @@ MISSING = "receiving server spans (--traces-listen) needs the opentelemetry-prot
 
 
 def add_traces_flags(parser: argparse.ArgumentParser) -> None:
-    """The receiver's flags, in a group of their own."""
-    group = parser.add_argument_group(
-        "server spans in (also [traces] in the config file; docs/traces.md)",
-        "The server's own per-request spans (vLLM --otlp-traces-endpoint), joined to lpxtop's requests.",
-    )
+    """The receiver's flags, in the parser's OpenTelemetry group (lpxtop/otel/cli.py) when it has one."""
+    group = next((g for g in getattr(parser, "_action_groups", ())  # argparse keeps its groups there
+                  if (g.title or "").startswith("OpenTelemetry")), None)
+    if group is None:
+        group = parser.add_argument_group("server spans in (also [traces] in the config file; docs/traces.md)")
     add_traces_arguments(group)  # type: ignore[arg-type]
 
 

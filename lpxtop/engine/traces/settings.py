@@ -31,15 +31,12 @@ MAX_WAIT_S = 600.0
 def add_traces_arguments(parser: argparse.ArgumentParser) -> None:
     """--traces-listen and --traces-forward, for every command that probes (dashboard, once, record, ...)."""
     parser.add_argument(
-        "--traces-listen", metavar="HOST:PORT", default=None,
-        help="receive the server's own per-request spans (OTLP/HTTP, POST /v1/traces) here and join them to "
-        "lpxtop's requests, e.g. 127.0.0.1:4318; point the server's --otlp-traces-endpoint at it "
-        "(needs pip install 'lpxtop[otel]')",
+        "--traces-listen", metavar="ADDR", default=None,
+        help="receive the server's spans here, e.g. 127.0.0.1:4318",
     )  # fmt: skip
     parser.add_argument(
         "--traces-forward", metavar="URL", default=None,
-        help="pass every span received on, unchanged, to this OTLP/HTTP collector (e.g. "
-        "http://127.0.0.1:14318/v1/traces)",
+        help="forward every span received to this OTLP/HTTP URL",
     )  # fmt: skip
 
 
