@@ -80,6 +80,7 @@ class JoinedRequest:
     outside_ms: float | None = None
     tag: str | None = None  # the sender's own label (a load step, an agent call), passed through
     span_id: str | None = None  # lpxtop's span of the request (its traceparent's), None when not noted
+    client_limited: bool = False  # lpxtop was late while it ran: no outside or to-server from it (its TTFT holds the delay)
 
     @property
     def wall_time(self) -> float:

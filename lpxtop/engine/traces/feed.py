@@ -5,9 +5,9 @@ hooks into the engine three ways, each costing the probe loop microseconds:
 
 - an engine listener: each finished probe (`SampleEvent`) is noted with its trace id, send time and
   client TTFT; each agent step's calls (`AgentStepEvent`: one trace, a span id per call) are noted
-  together, so each call gets the server span whose parent is its own span. Probes during which lpxtop
-  itself was late (`client_limited`) are not noted: their TTFT holds lpxtop's delay, which the chain
-  would count as "outside" the server;
+  together, so each call gets the server span whose parent is its own span. A probe during which lpxtop
+  itself was late (`client_limited`) is joined for the server's figures, but gives no "outside" or "to
+  server": its TTFT holds lpxtop's own delay, which is neither the server's nor the network's;
 - a snapshot hook: each endpoint's view gets its `chain` (ChainSummary over the window) and its agent
   view the span breakdown (views.py); the Gap then comes from the joined probes, exactly;
 - `engine.post_event(ChainEvent)` for every request as it settles, joined or not (spans come late: vLLM
@@ -67,7 +67,7 @@ class ChainFeed:
         self.error: str | None = None
         self.started = threading.Event()  # set once the receiver listens or failed to
         self.noted = 0
-        self.skipped_client_limited = 0
+        self.client_limited = 0  # noted requests during which lpxtop was late (no outside figure from them)
         self._hosts: dict[str, bool] = {}
         self._engine: Any = None
         self._starter: threading.Thread | None = None
@@ -145,18 +145,16 @@ class ChainFeed:
         """Note one finished request (a probe; a load request with kind "load"); False when it is not noted."""
         if not sample.ok or sample.trace_id is None or sample.sent_wall_ns is None:
             return False
-        if sample.client_limited:
-            self.skipped_client_limited += 1
-            return False
         self.join.note_requests([RequestNote(
             sample.trace_id, endpoint, sample.sent_wall_ns, sample.ttft_ms, sample.e2e_ms, kind=kind, tag=tag,
-            span_id=sample.span_id)])
+            span_id=sample.span_id, client_limited=sample.client_limited)])
+        self.client_limited += sample.client_limited
         self.noted += 1
         return True
 
     def note_step(self, step: AgentStep, endpoint: str) -> None:
         """Note an agent step's calls (an OpenAI-style step: call 1 and call 2, one trace) together."""
-        if step.api != "chat" or not step.calls or step.client_limited:
+        if step.api != "chat" or not step.calls:
             return
         figures = ((step.call1_ttft_ms, step.call1_e2e_ms), (step.answer_ttft_ms, step.answer_e2e_ms))
         notes = []
@@ -164,7 +162,7 @@ class ChainFeed:
             if step.failed_call == n or ttft is None:
                 continue
             notes.append(RequestNote(call.trace_id, endpoint, call.sent_wall_ns, ttft, e2e, kind="agent",
-                                     tag=f"call{n}", span_id=call.span_id))
+                                     tag=f"call{n}", span_id=call.span_id, client_limited=step.client_limited))
         if notes:
             self.join.note_requests(notes)
             self.noted += len(notes)
@@ -214,7 +212,7 @@ class ChainFeed:
         counts = self.join.counts
         data.update({"requests_noted": self.noted, "requests_joined": counts["joined"],
                      "requests_unjoined": counts["unjoined"], "requests_pending": self.join.pending(),
-                     "skipped_client_limited": self.skipped_client_limited, "late_spans": counts["late_spans"]})
+                     "client_limited": self.client_limited, "late_spans": counts["late_spans"]})
         return data
 
     def wait_for_spans(self, seconds: float) -> int:

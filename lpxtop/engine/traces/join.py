@@ -75,6 +75,9 @@ class RequestNote:
     same_host: bool | None = None  # None: TraceJoin.same_host_of(endpoint) says, when the span comes
     tag: str | None = None
     span_id: str | None = None  # its traceparent's span id: told apart from other requests of its trace
+    # lpxtop itself was late while it ran (engine/probe/clientlimit.py): joined for the server's figures, but
+    # its TTFT holds lpxtop's delay, so no "outside" or "to server" is taken from it
+    client_limited: bool = False
 
 
 @dataclass
@@ -458,17 +461,17 @@ class TraceJoin:
         to_server = None
         client_ttft = finite(n.client_ttft_ms)
         same_host = n.same_host if n.same_host is not None else self.same_host_of(n.endpoint)
-        if same_host and s.start_wall_ns is not None:
+        if same_host and s.start_wall_ns is not None and not n.client_limited:
             to_server = (s.start_wall_ns - n.sent_wall_ns) / 1e6
         outside = None
-        if client_ttft is not None and s.server_ttft_ms is not None:
+        if client_ttft is not None and s.server_ttft_ms is not None and not n.client_limited:
             outside = client_ttft - s.server_ttft_ms
         request = JoinedRequest(
             trace_id=p.trace_id, endpoint=n.endpoint, kind=n.kind, sent_wall_ns=n.sent_wall_ns,
             client_ttft_ms=client_ttft, client_e2e_ms=finite(n.client_e2e_ms), server=s.server,
             to_server_ms=to_server, queue_ms=s.queue_ms, prefill_ms=s.prefill_ms, decode_ms=s.decode_ms,
             server_ttft_ms=s.server_ttft_ms, server_e2e_ms=s.server_e2e_ms, outside_ms=outside, tag=n.tag,
-            span_id=p.span_id or None,
+            span_id=p.span_id or None, client_limited=n.client_limited,
         )
         window = self._window(n.endpoint, n.kind)
         window.source = s.source
