@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import importlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -88,10 +89,19 @@ def missing_parts(server: str) -> list[str]:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on right now; within $LPXTOP_TEST_PORTS ("21000-21999")
+    when set (several test runs sharing one machine, each in its own range)."""
+    low, _, high = os.environ.get("LPXTOP_TEST_PORTS", "").partition("-")
+    candidates = random.sample(range(int(low), int(high) + 1), min(200, int(high) - int(low) + 1)) \
+        if low.isdigit() and high.isdigit() and int(low) <= int(high) else [0]
+    for port in candidates:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
+    raise OSError(f"no free port in LPXTOP_TEST_PORTS={os.environ.get('LPXTOP_TEST_PORTS')}")
 
 
 # The servers run at a lower priority than the tests that watch them. Each server leads a new session,
