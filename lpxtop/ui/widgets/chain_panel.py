@@ -16,7 +16,7 @@ from textual.widgets import Static
 from lpxtop.model.chain import ChainSummary, JoinedRequest
 from lpxtop.model.probe import Percentiles
 from lpxtop.model.snapshot import EndpointView
-from lpxtop.ui.formatting import UNKNOWN, fmt_ago, fmt_ms
+from lpxtop.ui.formatting import UNKNOWN, fmt_ago, fmt_ms, truncate
 from lpxtop.ui.palette import Palette
 
 ROWS = (  # (field, label, what it is)
@@ -88,7 +88,7 @@ def render_chain(view: EndpointView, now: float, palette: Palette, width: int = 
         text.append(f"{_p(p, 'p50'):>7} {_p(p, 'p95'):>7} {_p(p, 'p99'):>7}", style=style)
         if name == "to_server_ms" and p is None and chain.probes_joined:
             note = "not measured: the server is another host (two clocks)"
-        text.append(f"   {note}\n", style=palette.muted)
+        text.append(f"   {truncate(note, max(0, width - 42))}\n", style=palette.muted)
     population = chain.all_requests
     text.append("\n  the server's whole population ", style="bold")
     if population.count:
@@ -123,15 +123,15 @@ def _head(text: Text, chain: ChainSummary, palette: Palette) -> None:
 def _bars(chain: ChainSummary, now: float, palette: Palette, width: int) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     rows = [(r, parts) for r in reversed(chain.recent) if (parts := ttft_parts(r)) is not None][:MAX_BARS]
-    text.append("\n  recent probes: TTFT, newest first  ", style="bold")
+    text.append("\n  recent probes, newest first: their TTFT as\n  ", style="bold")
     styles = _part_styles(palette)
+    measured = any(r.to_server_ms is not None for r, _ in rows)
     for name, glyph in PARTS:
-        if name == "back" and not any(r.to_server_ms is not None for r, _ in rows):
-            name = "outside"
-        elif name == "back":
-            name = "back (outside − to server)"
-        text.append(f"{glyph} ", style=styles.get(name, styles["back"]))
-        text.append(f"{name}  ", style=palette.muted)
+        if name == "to server" and not measured:
+            continue
+        label = "outside" if name == "back" and not measured else name
+        text.append(f"{glyph} ", style=styles[name])
+        text.append(f"{label}  ", style=palette.muted)
     text.append("\n")
     if not rows:
         text.append("  no joined probe with its queue, prefill and TTFT yet\n", style=palette.muted)
