@@ -27,6 +27,7 @@ Families (base units, `_total` counters; labels host, endpoint, model, server_ki
   lpxtop_server_requests_{waiting,running}, lpxtop_server_kv_cache_usage_ratio, ...
   lpxtop_server_{ttft,queue_time,prefill_time,decode_time,itl,tpot,e2e}_mean_seconds   exact (Δsum/Δcount)
   lpxtop_agent_step_seconds, lpxtop_agent_time_to_tool_call_seconds   histograms (--probe agent)
+  lpxtop_chain_{queue,prefill,outside}_seconds   histograms from the probes' own server spans (--traces-listen)
   lpxtop_agent_steps_total, lpxtop_agent_errors_total{kind}
   lpxtop_gpu_memory_{used,total}_bytes, lpxtop_gpu_process_memory_used_bytes{pid,process,endpoint}
   lpxtop_port_state{port,state}, lpxtop_leftover_processes, lpxtop_alert{kind,severity}
