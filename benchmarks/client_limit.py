@@ -3,7 +3,7 @@
 
 The engine flags a probe `client_limited` when, while it ran, its loop ran a timer late by more than
 CLIENT_LAG_LIMIT_NS or its thread spent more than CLIENT_CPU_WAIT_SHARE of the probe's time waiting
-for a CPU (engine/runner.py `client_was_late`, engine/probe/clientlimit.py). This script measures both per probe, so the limits can be
+for a CPU (engine/probe/clientlimit.py `client_was_late`). This script measures both per probe, so the limits can be
 chosen from figures, in three conditions:
 
   quiet      the headless engine watching 4 simulated servers (own processes, background load)
@@ -31,15 +31,12 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_processes import REPO, Sims, stop_process  # noqa: E402
-
-sys.path.insert(0, str(REPO))
-from lpxtop import cli  # noqa: E402
-from lpxtop.assemble import build_engine  # noqa: E402
-from lpxtop.config import endpoints_from_urls  # noqa: E402
-from lpxtop.engine import runner  # noqa: E402
-from lpxtop.engine.probe.clientlimit import LAG_TICK_S, LoopLag  # noqa: E402
+from benchmarks.sim_processes import Sims, stop_process
+from lpxtop import cli
+from lpxtop.cli.assemble import build_engine
+from lpxtop.config import endpoints_from_urls
+from lpxtop.engine.probe import clientlimit
+from lpxtop.engine.probe.clientlimit import LAG_TICK_S, LoopLag
 
 WARM_UP_S = 3.0
 
@@ -124,8 +121,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds per condition (default 20)")
     args = parser.parse_args()
     sys.setswitchinterval(cli.SWITCH_INTERVAL_S)  # as the dashboard and once set it
-    print(f"limits: loop lag > {runner.CLIENT_LAG_LIMIT_NS / 1e6:g} ms, or CPU wait > "
-          f"{runner.CLIENT_CPU_WAIT_SHARE:.0%} of the probe (and > {runner.CLIENT_CPU_WAIT_MIN_NS / 1e6:g} ms); "
+    print(f"limits: loop lag > {clientlimit.CLIENT_LAG_LIMIT_NS / 1e6:g} ms, or CPU wait > "
+          f"{clientlimit.CLIENT_CPU_WAIT_SHARE:.0%} of the probe (and > {clientlimit.CLIENT_CPU_WAIT_MIN_NS / 1e6:g} ms); "
           f"lag tick every {LAG_TICK_S * 1000:g} ms while a probe runs")
     with tempfile.TemporaryDirectory() as tmp:
         sims = Sims(Path(tmp))
@@ -141,7 +138,7 @@ def main() -> int:
                 lags = [lag / 1e6 for _, lag, _, _ in records]
                 waits = [w / 1e6 for _, _, w, _ in records if w is not None]
                 shares = [100 * w / took for _, _, w, took in records if w is not None and took > 0]
-                flagged = sum(runner.client_was_late(lag, w, took) for _, lag, w, took in records)
+                flagged = sum(clientlimit.client_was_late(lag, w, took) for _, lag, w, took in records)
 
                 def row(values: list[float], qs=(0.5, 0.95, 0.99, 1.0)) -> str:
                     return "/".join(f"{quantile(values, q):.2f}" for q in qs) if values else "--"

@@ -14,17 +14,13 @@ usage: python benchmarks/engine_cost.py [--seconds 30]
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import psutil
 
-import psutil  # noqa: E402
-from sim_processes import sim_processes  # noqa: E402
-
-from lpxtop.assemble import build_engine  # noqa: E402
-from lpxtop.config import endpoints_from_urls  # noqa: E402
+from benchmarks.sim_processes import sim_processes
+from lpxtop.cli.assemble import build_engine
+from lpxtop.config import endpoints_from_urls
 
 
 def main() -> int:

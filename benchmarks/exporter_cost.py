@@ -32,14 +32,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import psutil
 
-import psutil  # noqa: E402
-from sim_processes import REPO, sim_processes, stop_process  # noqa: E402
+from benchmarks.sim_processes import REPO, sim_processes, stop_process
 
 ENGINE_CHILD = """
 import sys, time
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.config import endpoints_from_urls
 engine = build_engine(endpoints_from_urls(sys.argv[1:]), discover=False)
 engine.start()

@@ -26,14 +26,11 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lpxtop.engine.runner import Engine, EngineSettings  # noqa: E402
-from lpxtop.model.endpoint import EndpointConfig  # noqa: E402
-from lpxtop.model.probe import quantile_sorted  # noqa: E402
-from lpxtop.sim.records import token_times_ns  # noqa: E402
+from lpxtop.engine.runner import Engine, EngineSettings
+from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.model.probe import quantile_sorted
+from lpxtop.sim.records import token_times_ns
 
 
 def fetch_events(base_url: str, response_id: str) -> list | None:
@@ -112,13 +109,14 @@ def run_with_dashboard(url: str, seconds: float, interval: float, *, as_cli: boo
     """The dashboard in the same process as the engine. as_cli: start the engine the way `lpxtop` does
     (after the first frame, with a collected and frozen heap and a 1 ms switch interval); otherwise start
     it before the app with the interpreter's defaults, to show what those measures buy."""
-    from lpxtop.cli import SWITCH_INTERVAL_S, _start_measuring
+    from lpxtop.cli.common import SWITCH_INTERVAL_S
+    from lpxtop.cli.dashboard import start_measuring
     from lpxtop.ui.app import create_app
 
     engine = make_engine(url, interval)
     default_switch = sys.getswitchinterval()
     if as_cli:
-        app = create_app(engine, refresh_s=0.5, on_ready=lambda: _start_measuring(engine))
+        app = create_app(engine, refresh_s=0.5, on_ready=lambda: start_measuring(engine))
         sys.setswitchinterval(SWITCH_INTERVAL_S)
     else:
         app = create_app(engine, refresh_s=0.5)

@@ -1,6 +1,6 @@
 """How long the fleet view takes to turn one refresh's answers into its table (a Snapshot), by fleet size.
 
-Prometheus' answers are synthetic (tests/fleet_readings.py: every per-row query answered for each row,
+Prometheus' answers are synthetic (tests/support/fleet_readings.py: every per-row query answered for each row,
 a quarter as many servers scraped without lpxtop); no network, only `lpxtop.fleet.source.build_snapshot`,
 the step the dashboard's poller runs once a refresh (5 s by default). Each size is built `--repeat`
 times and the best is printed, with the time per row: flat when the build is linear.
@@ -12,14 +12,10 @@ times and the best is printed, with the time per row: flat when the build is lin
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lpxtop.fleet.source import FleetSettings, build_snapshot  # noqa: E402
-from tests.fleet_readings import synthetic_reading  # noqa: E402
+from lpxtop.fleet.source import FleetSettings, build_snapshot
+from tests.support.fleet_readings import synthetic_reading
 
 
 def main() -> None:

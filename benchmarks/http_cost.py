@@ -11,7 +11,7 @@ loop records the longest gap between its turns: that gap is how late another end
 stamped while this body is decoded. Printed: CPU per MiB of body, the longest loop stall, and the
 ticker's p99 gap.
 
-Part `neighbour` (issue 19 item 6): the probe's timestamp error against the simulator's own record
+Part `neighbour`: the probe's timestamp error against the simulator's own record
 (|measured - true| TTFT and ITL, p50/p90/p99), alone and while a neighbour on the same client reads
 /metrics from a server that sends 2 MiB in one-byte chunks as fast as it can (each in its own
 process). The difference is what one response's parsing costs another endpoint's timestamps.
@@ -40,17 +40,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from sim_processes import REPO, SIM_START_TIMEOUT_S, stop_process  # noqa: E402
-
-from lpxtop.engine.probe import run_probe  # noqa: E402
-from lpxtop.http import HttpClient  # noqa: E402
-from lpxtop.http.connection import StreamProtocol  # noqa: E402
-from lpxtop.model.endpoint import EndpointConfig  # noqa: E402
+from benchmarks.sim_processes import REPO, SIM_START_TIMEOUT_S, stop_process
+from lpxtop.engine.probe import run_probe
+from lpxtop.http import HttpClient
+from lpxtop.http.connection import StreamProtocol
+from lpxtop.model.endpoint import EndpointConfig
 
 MODEL = "sim-bench"
 

@@ -47,15 +47,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.sim_processes import REPO, stop_process  # noqa: E402
-from lpxtop.load.controller import LoadController  # noqa: E402
-from lpxtop.load.plan import LoadPlan  # noqa: E402
-from lpxtop.load.schedule import arrival_gaps  # noqa: E402
-from lpxtop.model.endpoint import EndpointConfig  # noqa: E402
-from lpxtop.model.probe import quantile_sorted  # noqa: E402
-from lpxtop.sim.records import token_times_ns  # noqa: E402
+from benchmarks.sim_processes import REPO, stop_process
+from lpxtop.load.controller import LoadController
+from lpxtop.load.plan import LoadPlan
+from lpxtop.load.schedule import arrival_gaps
+from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.model.probe import quantile_sorted
+from lpxtop.sim.records import token_times_ns
 
 MODEL = "sim-ceiling"
 TRUTH_SAMPLE = 400  # requests per step checked against the simulator's record
@@ -64,12 +62,12 @@ TARGET_CONCURRENCY = 200
 TARGET_P99_MS = 20.0
 SIM_CODE = """
 import asyncio, sys
-from lpxtop.sim.cli import _serve
+from lpxtop.cli.sim import serve
 from lpxtop.sim.config import SimConfig
 cfg = SimConfig(model={model!r}, ttft_ms={ttft_ms}, itl_ms={itl_ms}, max_num_seqs=100_000, kv_tokens=100_000_000,
                 max_model_len=4096, batch_factor=0.0, jitter=0.0, prefill_ms_per_token=0.0, max_waiting=100_000,
                 max_records=100_000, seed=1)
-sys.exit(asyncio.run(_serve(cfg, "127.0.0.1", 0)))
+sys.exit(asyncio.run(serve(cfg, "127.0.0.1", 0)))
 """
 
 

@@ -48,12 +48,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-
-from benchmarks.sim_processes import stop_process  # noqa: E402
-from lpxtop.load.rhythm import synchrony  # noqa: E402
+from benchmarks.sim_processes import stop_process
+from lpxtop.load.rhythm import synchrony
+from tests.support.paths import REPO
 
 MODEL = "small-llama"
 SIM_ARGS = ["--ttft-ms", "20", "--itl-ms", "40", "--max-num-seqs", "512", "--kv-tokens", "10000000"]
@@ -220,7 +217,7 @@ def simulator(workdir: Path) -> Iterator[tuple[str, str]]:
 
 @contextlib.contextmanager
 def real_vllm(max_num_seqs: int) -> Iterator[tuple[str, str]]:
-    from realserver_harness import running, start_server, warm_up
+    from tests.support.realservers import running, start_server, warm_up
 
     server = start_server("vllm-load-vs-bench", "start-vllm.sh", ["--max-num-seqs", str(max_num_seqs)],
                           {"MODEL": MODEL})

@@ -20,15 +20,12 @@ import argparse
 import random
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lpxtop.engine.scrape.exposition import Exposition  # noqa: E402
-from lpxtop.engine.scrape.metric_names import VLLM, family_names, histogram_names, keep_families  # noqa: E402
-from lpxtop.engine.scrape.reparse import ReParser  # noqa: E402
-from lpxtop.engine.scrape.tracker import MetricsTracker  # noqa: E402
-from lpxtop.sim.metrics import SimMetrics  # noqa: E402
+from lpxtop.engine.scrape.exposition import Exposition
+from lpxtop.engine.scrape.metric_names import VLLM, family_names, histogram_names, keep_families
+from lpxtop.engine.scrape.reparse import ReParser
+from lpxtop.engine.scrape.tracker import MetricsTracker
+from lpxtop.sim.metrics import SimMetrics
 
 
 def pages(count: int, per_page: int, seed: int = 1) -> list[str]:

@@ -13,7 +13,7 @@ the machine's drift hits them alike:
 Each child's CPU (user + system, psutil) over --seconds after a warm-up, as % of one core; for the
 pipelines also their worker thread's own CPU (time.thread_time: export, encoding, spans, metrics), which
 does not drift with the machine. And lpxtop's own lateness while each probe ran (the engine's record:
-the loop's worst timer lag per probe, lpxtop/engine/clientlimit.py), p50/p99/max, which is how a delayed
+the loop's worst timer lag per probe, lpxtop/engine/probe/clientlimit.py), p50/p99/max, which is how a delayed
 timestamp would show.
 
 `--micro` prints the per-record figures lpxtop/otel/aggregate.py cites instead: one histogram record in the
@@ -34,17 +34,16 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import psutil
 
-import psutil  # noqa: E402
-from sim_processes import REPO, sim_processes, stop_process  # noqa: E402
+from benchmarks.sim_processes import REPO, sim_processes, stop_process
 
 CHILD = """
 import json, sys, time
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.config import endpoints_from_urls
 mode, receiver, seconds, urls = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4:]
-sys.setswitchinterval(0.001)  # as the dashboard, once and load set it (lpxtop/cli.py)
+sys.setswitchinterval(0.001)  # as the dashboard, once and load set it (lpxtop/cli/common.py SWITCH_INTERVAL_S)
 engine = build_engine(endpoints_from_urls(urls), discover=False)
 pipeline = None
 if mode != "engine":
@@ -191,7 +190,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.micro:
         return micro()
-    from tests.functional.otlp_receiver import start_receiver, stop_receiver
+    from tests.support.otlp_receiver import start_receiver, stop_receiver
 
     healthy = start_receiver()
     hung = start_receiver(mode="slow", delay_s=30.0)

@@ -46,8 +46,7 @@ try:
 except ImportError:  # pragma: no cover - psutil is an lpxtop dependency
     sys.exit("overhead.py: psutil is missing; run it with the project's Python (.venv/bin/python)")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_processes import REPO, STOP_TIMEOUT_S, Sims, stop_process  # noqa: E402
+from benchmarks.sim_processes import REPO, STOP_TIMEOUT_S, Sims, stop_process
 
 TARGET_CPU_PCT = 2.0
 TARGET_RSS_MB = 60.0
@@ -57,7 +56,7 @@ MB = 1024 * 1024
 # The engine without any UI: the same build_engine() call and defaults the CLI uses for URLs.
 ENGINE_CHILD = """\
 import sys, time
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.config import endpoints_from_urls
 seconds = float(sys.argv[1])
 engine = build_engine(endpoints_from_urls(sys.argv[2:]), discover=False)

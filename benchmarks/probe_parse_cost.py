@@ -17,15 +17,11 @@ import argparse
 import asyncio
 import json
 import random
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lpxtop.engine.probe.chunks import ChunkSink  # noqa: E402
-from lpxtop.engine.probe.reads import BatchedReads  # noqa: E402
-from lpxtop.engine.probe.stream import Watchdog  # noqa: E402
+from lpxtop.engine.probe.chunks import ChunkSink
+from lpxtop.engine.probe.reads import BatchedReads
+from lpxtop.engine.probe.stream import Watchdog
 
 
 def vllm_like_reads(tokens: int, empty_share: float, rng: random.Random) -> list[bytes]:

@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 
-from sim_processes import sim_processes
+from benchmarks.sim_processes import sim_processes
 
 MODEL = "sim-llama-8b"  # the simulator's default model name
 BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 32,

@@ -25,7 +25,7 @@ Figures:
 Run from the repository root with the project's Python:
     .venv/bin/python benchmarks/record_cost.py [--seconds 120] [--warmup 15] [--gpu sim|none] [--json]
 
-Targets (issue 15): <= 5 MB per hour for 4 endpoints at default settings, <= 0.3 % of a core added.
+Targets (docs/recording.md): <= 5 MB per hour for 4 endpoints at default settings, <= 0.3 % of a core added.
 On a shared machine the CPU figures move between runs; take final figures on a quiet one.
 """
 
@@ -40,8 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_processes import REPO, sim_processes, stop_process  # noqa: E402
+from benchmarks.sim_processes import REPO, sim_processes, stop_process
 
 TARGET_MB_PER_HOUR = 5.0
 TARGET_CPU_PCT = 0.3
@@ -49,7 +48,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 CHILD = """\
 import json, os, sys, time, threading
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.config import endpoints_from_urls
 mode, gpu_mode, path, seconds, warmup = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
 urls = sys.argv[6:]

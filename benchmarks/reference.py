@@ -55,18 +55,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "integration"))  # the real-server harness: start, nice, stop
+from prometheus_client.parser import text_string_to_metric_families
 
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-from realserver_harness import CACHE, SCRIPTS, running, start_server, warm_up  # noqa: E402
-
-from lpxtop.engine.probe import run_probe  # noqa: E402
-from lpxtop.http import HttpClient  # noqa: E402
-from lpxtop.load.prompts import Calibration, filler_text  # noqa: E402
-from lpxtop.model.endpoint import EndpointConfig  # noqa: E402
-from lpxtop.model.probe import quantile_sorted  # noqa: E402
+from lpxtop.engine.probe import run_probe
+from lpxtop.http import HttpClient
+from lpxtop.load.prompts import Calibration, filler_text
+from lpxtop.model.endpoint import EndpointConfig
+from lpxtop.model.probe import quantile_sorted
+from tests.support.paths import REPO
+from tests.support.realservers import CACHE, SCRIPTS, running, start_server, warm_up
 
 MODEL = "small-llama"
 INPUT_TOKENS, OUTPUT_TOKENS = 32, 64

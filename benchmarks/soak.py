@@ -48,10 +48,10 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from benchmarks.sim_processes import stop_process
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-from sim_processes import stop_process  # noqa: E402
 
 RSS_GROWTH_LIMIT_MB = 5.0
 FLAT_SLACK = 4  # tasks or fds that may come and go on top of the early maximum (probes, scrapes in flight)
@@ -152,8 +152,7 @@ def engine_report(engine, began: float) -> dict:
 
 
 def child_main(urls: list[str], report_s: float, seconds: float) -> int:
-    sys.path.insert(0, str(REPO))
-    from lpxtop.assemble import build_engine
+    from lpxtop.cli.assemble import build_engine
     from lpxtop.config import endpoints_from_urls
 
     sys.setswitchinterval(0.001)

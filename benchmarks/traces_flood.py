@@ -23,22 +23,16 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fidelity import errors, make_engine, sim_process, summary  # noqa: E402
-
-from lpxtop.engine.traces import ReceiverSettings, TraceJoin, TraceReceiver, TraceReceiverProcess  # noqa: E402
+from benchmarks.fidelity import errors, make_engine, sim_process, summary
+from lpxtop.engine.traces import ReceiverSettings, TraceJoin, TraceReceiver, TraceReceiverProcess
 
 BATCH = 100
 
 
 def flood(url: str, rate: float, seconds: float) -> int:
     """(In a child process) POST `rate` spans a second to `url` for `seconds`; prints how many went."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.traces_data import protobuf_body, vllm_span
+    from tests.support.traces_data import protobuf_body, vllm_span
 
     # a few bodies built up front and sent in turn: the flooder's own Python must not be what limits the rate
     bodies = [protobuf_body(*(vllm_span(os.urandom(16).hex()) for _ in range(BATCH))) for _ in range(20)]
@@ -106,7 +100,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.flood:
         return flood(args.flood, args.rate, args.seconds)
-    from lpxtop.cli import SWITCH_INTERVAL_S
+    from lpxtop.cli.common import SWITCH_INTERVAL_S
 
     sys.setswitchinterval(args.switch_interval if args.switch_interval is not None else SWITCH_INTERVAL_S)
     results = {}

@@ -1,3 +1,3 @@
-from lpxtop.cli import main
+from lpxtop.cli.entry import main
 
 raise SystemExit(main())

@@ -15,16 +15,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from lpxtop.arguments import is_env_name
+from lpxtop.checks import ConfigError, check_http_url
 from lpxtop.durations import DurationError, format_duration, parse_duration
 from lpxtop.model.endpoint import PLATFORM_APIS, SECRET_PARAM, EndpointConfig
 from lpxtop.model.server import SERVER_KINDS
 from lpxtop.textsafe import register_secret
-
-
-class ConfigError(Exception):
-    """A usage or configuration mistake; the message says where and what to do. Exit status 2."""
-
 
 ENDPOINT_KEYS: dict[str, tuple[str, type | tuple[type, ...]]] = {
     # file key: (EndpointConfig field, accepted TOML types)
@@ -187,6 +182,14 @@ SETTINGS_TABLES = {"ui": UI_KEYS, "engine": ENGINE_KEYS}
 # Settings that take a duration ("30s", "5m" or seconds): read with lpxtop.durations, kept as seconds.
 DURATION_SETTINGS = {"refresh", "window"}
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def is_env_name(text: str) -> bool:
+    """True when `text` can be an environment variable's name (letters, digits, _; not a digit first)."""
+    return bool(_ENV_NAME.match(text))
+
+
 # RFC 9110 field names are tokens; values may not hold CR, LF or NUL (they would split the request:
 # header injection) nor anything outside Latin-1 (they cannot be sent).
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
@@ -219,19 +222,6 @@ def check_header(name: object, value: object) -> None:
     except UnicodeEncodeError:
         raise ConfigError(f"header {name!r}: its value holds characters outside Latin-1, which HTTP/1.1 cannot "
                           "send; percent-encode them") from None
-
-
-def check_http_url(text: str, what: str) -> str:
-    """An absolute http(s) URL with a host (a metrics URL), stripped; ConfigError otherwise."""
-    url = text.strip()
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{what} {text!r} must be an http:// or https:// URL with a host")
-    try:
-        parts.port  # noqa: B018 - validates the port
-    except ValueError:
-        raise ConfigError(f"{what} {text!r}: the port is not a number between 0 and 65535") from None
-    return url
 
 
 @dataclass

@@ -72,7 +72,7 @@ def start_demo(
     *, interval_s: float = 1.0, surge: bool = False, readonly: bool = False, gpu_surge_gib_s: float = 1.2
 ) -> Iterator:
     """Start the simulated servers and return a (not yet started) Engine watching them."""
-    from lpxtop.assemble import build_engine
+    from lpxtop.cli.assemble import build_engine
     from lpxtop.engine.gpu.simulated import SimulatedGpuCollector
 
     surge_flag = threading.Event()

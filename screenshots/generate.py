@@ -12,15 +12,13 @@ interface changes.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from lpxtop.demo import start_demo
+from lpxtop.ui.app import create_app
 
-from lpxtop.demo import start_demo  # noqa: E402
-from lpxtop.ui.app import create_app  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 SIZE = (160, 48)
 SMALL = (80, 24)
@@ -115,7 +113,7 @@ async def shoot_without_gpu(engine, out: Path) -> None:
 
 async def shoot_load(out: Path) -> None:
     """A four-step concurrency sweep against a simulated server, shown at 80x24 once it is done."""
-    from lpxtop.load.cli import build_load_engine
+    from lpxtop.cli.load import build_load_engine
     from lpxtop.load.controller import LoadController
     from lpxtop.load.plan import LoadPlan
     from lpxtop.load.server_window import ServerWatch

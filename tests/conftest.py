@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
-
-FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture(autouse=True)

@@ -11,5 +11,5 @@ own HTTP threads. No Textual, no Rich (tests/unit/test_layering.py).
 - `collector.py`  the prometheus_client collector that turns state and snapshot into families
 - `probe.py`      blackbox-style `/probe?target=` (one probe when scraped, within the scrape timeout)
 - `server.py`     the HTTP server: `/metrics`, `/probe`, `/`
-- `cli.py`        `lpxtop exporter`
+(`lpxtop exporter`, the command line: lpxtop/cli/exporter.py)
 """

@@ -32,7 +32,8 @@ from urllib.parse import parse_qsl, quote, quote_plus, urlsplit
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from lpxtop.config import ConfigError, normalize_url
+from lpxtop.checks import ConfigError
+from lpxtop.config import normalize_url
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.export.settings import MAX_PROBE_TIMEOUT_S, PROBE_TIMEOUT_MARGIN_S
 from lpxtop.http import HttpClient

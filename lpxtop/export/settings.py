@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lpxtop.config import ConfigError
+from lpxtop.checks import ConfigError
 from lpxtop.durations import DurationError, format_duration, parse_duration
 
 DEFAULT_LISTEN = "127.0.0.1:9464"

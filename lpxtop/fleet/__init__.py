@@ -7,5 +7,5 @@ Textual, no Rich here (tests/unit/test_layering.py).
 - `client.py`  the Prometheus HTTP API client, bounded in time, bytes and series
 - `build.py`   answers → Snapshot (EndpointViews with a host, GPUs, ports, alerts)
 - `source.py`  `FleetSource`, the SnapshotSource the dashboard renders
-- `cli.py`     `lpxtop fleet`
+(`lpxtop fleet`, the command line: lpxtop/cli/fleet.py)
 """

@@ -60,7 +60,7 @@ What it does:
 
 Not done: HTTP/2, cookies, https proxies (TLS to the proxy itself), authentication schemes.
 Errors are `HttpError` subclasses (`errors.py`) raised `from` the OSError or ssl error underneath,
-so lpxtop/engine/errors.py finds refused/dns/tls in the exception chain.
+so lpxtop/engine/probe/errors.py finds refused/dns/tls in the exception chain.
 
 The modules, along the seams aiohttp's client has:
 

@@ -229,7 +229,7 @@ class Connection:
 
 
 def with_cause(error: HttpError, cause: BaseException | None) -> HttpError:
-    """`error`, raised `from` `cause` (the OSError or ssl error underneath: lpxtop/engine/errors.py reads the chain)."""
+    """`error`, raised `from` `cause` (the OSError or ssl error underneath: lpxtop/engine/probe/errors.py reads the chain)."""
     error.__cause__ = cause
     return error
 

@@ -1,4 +1,4 @@
-"""A load run's recording: `lpxtop load` records every run unless --no-record (issue 15 item 1).
+"""A load run's recording: `lpxtop load` records every run unless --no-record (docs/recording.md).
 
 What the file holds: the readings of the engine beside the test (the server's /metrics every second,
 the GPU, the host; in the dashboard also the ports and alerts), one `load_step` mark per step placed at

@@ -1,6 +1,6 @@
 """A step's requests, kept compactly, and the step's statistics computed from them.
 
-Definitions as `vllm bench serve` (and lpxtop's probes, DESIGN.md "Measuring a request"): TTFT at the
+Definitions as `vllm bench serve` (and lpxtop's probes: docs/measurement.md, "The figures"; a step's window: docs/load.md): TTFT at the
 first token-bearing event, E2E at the last, TPOT = (E2E − TTFT)/(N − 1) with N from `usage`, ITL pooled
 over every gap between token-bearing events of every successful request, throughputs over the measured
 duration = first send to last completion of the counted requests. Percentiles with linear interpolation,

@@ -1,6 +1,6 @@
 """What the engine measured, one record per input, for readers that need every input and not only
-the published summary: the recorder (issue 15) and the exporter's histograms (issue 16). An agent
-step (issue 17) is an `AgentStepEvent` (lpxtop.model.agent); a listener passes over kinds it does not use.
+the published summary: the recorder (lpxtop/record/) and the exporter's histograms (lpxtop/export/). An agent
+step is an `AgentStepEvent` (lpxtop.model.agent); a listener passes over kinds it does not use.
 
 The engine hands each record to its listeners on its own loop (`Engine.add_listener`). A listener
 must return within microseconds (append to a deque, put on a `queue.SimpleQueue`) and never block;

@@ -3,7 +3,7 @@
 The server's TTFT histogram holds every request it served (the load, other users, the probes); the
 probe's TTFT is the probe's alone. Their medians are two estimators over two populations: under a
 load that queues, "client p50 minus server p50" read -1, +1, +36 and +1,107 ms at concurrency 1, 2, 4
-and 8 where the real time outside vLLM's TTFT clock was ~6 ms at every level (issue 19). So the gap is
+and 8 where the real time outside vLLM's TTFT clock was ~6 ms at every level (tests/functional/test_server_metrics_gap_sim.py). So the gap is
 shown only where the two sides describe the same requests, and otherwise not at all, with the reason:
 
 - ``probe_only`` (exact): between two reads of the server's histogram the server counted exactly as

@@ -14,5 +14,5 @@ Textual, no Rich.
 - `spans.py`     a probe, an agent step, a load request as spans whose ids are the request's traceparent
 - `measures.py`  what one probe, step or request adds to the metrics; lpxtop's own gauges from a snapshot
 - `pipeline.py`  the listener, the worker thread, the exporters, the counts that say what was lost
-- `cli.py`       the flags of every command that measures, and starting/stopping the pipeline
+(the flags of every command that measures, and starting/stopping the pipeline: lpxtop/cli/otlp.py)
 """

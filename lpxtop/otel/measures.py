@@ -10,7 +10,7 @@ Definitions (docs/opentelemetry.md says the same for users):
 - time to first chunk: to the first chunk that carries a token (a role-only chunk is not the first token,
   the chunk rule lpxtop applies everywhere); per output chunk: each gap between token-bearing chunks;
 - token usage: the server's `usage` when it sent one, else output tokens counted from the chunks;
-- a probe flagged client-limited (lpxtop itself was late while it ran: lpxtop/engine/clientlimit.py) has
+- a probe flagged client-limited (lpxtop itself was late while it ran: lpxtop/engine/probe/clientlimit.py) has
   its times in series of their own, with `lpxtop.client_limited=true`: the dashboard leaves such probes
   out of its percentiles; a backend's query can do the same (`lpxtop.client_limited` absent), and nothing
   is lost silently.

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
-from lpxtop.config import ConfigError
+from lpxtop.checks import ConfigError
 from lpxtop.durations import DurationError, parse_duration
 from lpxtop.model.endpoint import SECRET_PARAM
 from lpxtop.textsafe import MASK, register_credential, register_secret

@@ -56,7 +56,7 @@ class _Endpoint:
         self.config = EndpointConfig(name=name, url="")
         self.model: str | None = None
         self.window = EndpointWindow(window_s, max_samples, include_client_limited=include_client_limited)
-        # the agent-step probe's window, as the engine keeps one (runner._EndpointState.agent)
+        # the agent-step probe's window, as the engine keeps one (engine/endpoints.py: EndpointState.agent)
         self.agent: AgentWindow | None = None
         self.server: ServerMetrics | None = None
         self.known = False  # its settings were recorded (a view is shown only then, as live)
@@ -73,7 +73,7 @@ class _Endpoint:
         return self.agent
 
     def view(self, now: float):
-        """The engine's `_EndpointState.view`, with nothing in flight (a recording does not know)."""
+        """The engine's `EndpointState.view` (engine/endpoints.py), with nothing in flight (a recording does not know)."""
         view = self.window.view(self.config, now=now, model=self.model, server=self.server,
                                 server_kind=self.server_kind)
         if self.agent is not None:
@@ -142,7 +142,7 @@ class ReplayState:
         return ep
 
     def apply(self, event: Event) -> None:
-        """One input, as the engine handled it (runner.py: _probe, _scrape, _collect_*, _publish, commands)."""
+        """One input, as the engine handled it (engine/endpoints.py: _probe, _scrape; collectors.py: _collect_*; runner.py: _publish, commands)."""
         record = event.record
         kind = type(record)
         if kind is SampleEvent:

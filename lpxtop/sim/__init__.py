@@ -7,7 +7,7 @@
 - metrics.py    /metrics with vLLM V1's names, labels and buckets
 - faults.py     run-time faults (Python, or POST /sim/faults); records.py: what was sent, and when
 - spans.py      vLLM's per-request `llm_request` spans, sent to --otlp-traces-endpoint (OTLP/HTTP)
-- server.py     SimServer; thread.py: start_sim_in_thread() -> SimHandle; cli.py: `lpxtop sim`
+- server.py     SimServer; thread.py: start_sim_in_thread() -> SimHandle (`lpxtop sim`: lpxtop/cli/sim.py)
 """
 
 from lpxtop.sim.config import SimConfig

@@ -1,5 +1,5 @@
 """`python -m lpxtop.sim --port P`: run the simulated server as its own process."""
 
-from lpxtop.sim.cli import main
+from lpxtop.cli.sim import main
 
 raise SystemExit(main())

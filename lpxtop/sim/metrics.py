@@ -1,7 +1,7 @@
 """The sim's /metrics, in vLLM V1's exposition format (names, HELP, labels, buckets as in vLLM 0.32).
 
 The families, HELP strings and bucket boundaries follow the capture in
-shared/fixtures/metrics/vllm-0.32.0-cpu-local-capture-after-load.txt. Each server has its own
+tests/fixtures/metrics/vllm-0.32.0-cpu-local-capture-after-load.txt. Each server has its own
 CollectorRegistry, so two sims in one process do not share counters, and prometheus_client writes the
 `_total` / `_created` series just as vLLM's (which uses the same library) does.
 """

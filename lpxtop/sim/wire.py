@@ -1,6 +1,6 @@
 """What goes on the wire: vLLM 0.32's chunk, response and error JSON shapes, and the SSE framing.
 
-The shapes (keys and their order) copy shared/fixtures/sse/vllm-0.32.0-chat-stream-include-usage.txt.
+The shapes (keys and their order) copy tests/fixtures/sse/vllm-0.32.0-chat-stream-include-usage.txt.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.acceptance.terminal import Terminal, tmux_missing
+from tests.support.tmux_terminal import Terminal, tmux_missing
 
 
 @pytest.fixture(scope="session")

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.acceptance.terminal import WAIT_S, Terminal
-from tests.functional.simhelpers import free_port
+from tests.support.ports import free_port
+from tests.support.tmux_terminal import WAIT_S, Terminal
 
 MODEL = "acc-model"
 SERVER_KEY = "sk-acceptance-server-5e1f"  # the simulated server's own key (its --api-key, as vLLM's)

@@ -18,7 +18,7 @@ from lpxtop.engine.system.actions import (
     confirmation,
     send_signal,
 )
-from tests.functional.test_ports_support import SLEEPER, running_children
+from tests.support.ports import SLEEPER, running_children
 
 pytestmark = pytest.mark.timeout(60)
 

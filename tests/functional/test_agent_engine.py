@@ -11,8 +11,9 @@ from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.events import SampleEvent
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import endpoint, wait_for
-from tests.functional.test_cli import lpxtop
+from tests.support.cli import lpxtop
+from tests.support.sim import endpoint
+from tests.support.waiting import wait_for
 
 
 def test_engine_runs_chat_and_agent_loops_and_a_dify_app():

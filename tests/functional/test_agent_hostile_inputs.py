@@ -15,8 +15,8 @@ from lpxtop.engine.agent.step import run_agent_step
 from lpxtop.engine.agent.tools import ToolSet, load_tool_set
 from lpxtop.engine.probe.toolcalls import MAX_ARGUMENT_CHARS
 from lpxtop.http import HttpClient
-from tests.functional.hostile import HostileServer, Reply, Request
-from tests.functional.simhelpers import endpoint
+from tests.support.hostile import HostileServer, Reply, Request
+from tests.support.sim import endpoint
 
 pytestmark = pytest.mark.timeout(60)
 

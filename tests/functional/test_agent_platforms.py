@@ -17,7 +17,7 @@ from lpxtop.http import HttpClient
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.difyworkflow import NODES
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import endpoint, p
+from tests.support.sim import endpoint, p
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -190,7 +190,7 @@ def test_request_shapes():
 
 
 def test_once_json_with_a_coze_bot_and_a_dify_workflow(tmp_path):
-    from tests.functional.test_cli import lpxtop
+    from tests.support.cli import lpxtop
 
     with start_sim_in_thread(SimConfig(**FAST)) as sim:
         config = tmp_path / "platforms.toml"

@@ -16,7 +16,7 @@ from lpxtop.http import HttpClient
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from lpxtop.sim.tools import tool_call_times_ns
-from tests.functional.simhelpers import endpoint, p
+from tests.support.sim import endpoint, p
 
 TOLERANCE_MS = 3.0  # the median's, as the chat probe's fidelity tests
 TOOL_LATENCY_S = 0.02

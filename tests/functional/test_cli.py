@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -12,14 +11,8 @@ import pytest
 from lpxtop import __version__
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import free_port
-
-
-def lpxtop(*args: str, env: dict | None = None, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "lpxtop", *args],
-        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
-    )
+from tests.support.cli import lpxtop
+from tests.support.ports import free_port
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +56,7 @@ def test_once_table_and_down_endpoint_exit_1(sims):
 
 def test_once_never_imports_textual(sims):
     a, _ = sims
-    code = (f"import sys; from lpxtop.cli import main; rc = main(['once', {a.url!r}, '--samples', '1', '--json']); "
+    code = (f"import sys; from lpxtop.cli.entry import main; rc = main(['once', {a.url!r}, '--samples', '1', '--json']); "
             "sys.exit(3 if any(m.startswith('textual') for m in sys.modules) else rc)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

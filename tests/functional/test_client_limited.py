@@ -17,7 +17,7 @@ import pytest
 from lpxtop.engine.runner import Engine, EngineSettings
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import endpoint
+from tests.support.sim import endpoint
 
 HOLD_S = 0.03
 
@@ -146,7 +146,7 @@ os.sched_setaffinity(0, {cpu})
 from lpxtop.engine.runner import Engine, EngineSettings
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import endpoint
+from tests.support.sim import endpoint
 with start_sim_in_thread(SimConfig(model="m", ttft_ms=40, itl_ms=5, jitter=0.0)) as sim:
     spinners = []
     for _ in range(1):

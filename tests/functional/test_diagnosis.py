@@ -9,8 +9,8 @@ import pytest
 
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.cli_inprocess import run_cli
-from tests.functional.simhelpers import free_port
+from tests.support.cli import run_cli
+from tests.support.ports import free_port
 
 FAST = ("--samples", "2", "--interval", "50ms", "--no-discover", "--deadline", "20s")
 
@@ -100,8 +100,8 @@ def test_a_model_typo_lists_the_models_the_server_serves(capsys, sim):
 
 
 def test_exporter_counts_the_real_kind():
-    from tests.functional.simhelpers import wait_for
-    from tests.functional.test_exporter import exported, scrape
+    from tests.support.prometheus import exported, scrape
+    from tests.support.waiting import wait_for
 
     def errors(text: str) -> dict[str, float]:
         counts = {}

@@ -11,8 +11,8 @@ from aiohttp import web
 from lpxtop.engine.system.discovery import USUAL_PORTS, candidate_ports, discover, discover_sync
 from lpxtop.http import HttpClient
 from lpxtop.model.endpoint import EndpointConfig
-from tests.functional.simhelpers import free_port
-from tests.functional.test_ports_support import listener_pids, running_children, wait_until
+from tests.support.ports import free_port, listener_pids, running_children
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -99,7 +99,7 @@ async def test_plain_web_server_and_closed_port_are_not_servers(children):
     web_port = free_port()
     closed_port = free_port()
     proc = children.start([sys.executable, "-m", "http.server", str(web_port), "--bind", "127.0.0.1"])
-    assert wait_until(lambda: proc.pid in listener_pids(web_port))
+    wait_for(lambda: proc.pid in listener_pids(web_port), timeout=15)
     found = await discover(extra_ports=[web_port, closed_port], include_usual=False, timeout_s=0.5)
     assert at(found, web_port) is None and at(found, closed_port) is None
 

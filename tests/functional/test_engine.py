@@ -10,7 +10,9 @@ from pathlib import Path
 from lpxtop.engine.runner import Engine, EngineSettings
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import endpoint, free_port, wait_for
+from tests.support.ports import free_port
+from tests.support.sim import endpoint
+from tests.support.waiting import wait_for
 
 
 def test_engine_probes_publishes_and_takes_commands():
@@ -126,7 +128,7 @@ def test_collect_once_joins_gpu_processes_to_the_endpoint_they_serve(monkeypatch
 
     from lpxtop.engine.gpu.collector import GpuCollector
     from lpxtop.engine.system.ports import PortMonitor
-    from tests.unit.test_gpu_nvml import GIB, FakeDriver, FakeGpu, proc
+    from tests.support.nvml import GIB, FakeDriver, FakeGpu, proc
 
     # the sim runs in a thread of this process, so this PID is the one holding its port
     FakeDriver([FakeGpu(compute=[proc(os.getpid(), 3 * GIB)])]).install(monkeypatch)
@@ -209,7 +211,7 @@ def test_listeners_get_every_input_and_a_failing_listener_is_dropped():
 
 
 def test_once_reports_the_server_across_the_run_from_scrapes_of_its_own():
-    """Issue 19 item 5: what the server showed while `once` probed (last, max, mean of running and
+    """What the server showed while `once` probed (last, max, mean of running and
     waiting over scrapes on their own schedule), not one reading taken after lpxtop's probe ended."""
     from lpxtop.engine.scrape.servers import ServerScraper
 

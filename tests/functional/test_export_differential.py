@@ -36,7 +36,7 @@ from lpxtop.record.codec import Encoder
 from lpxtop.record.export import FORMULA_START, export
 from lpxtop.record.reading import Recording
 from lpxtop.record.store import StoreWriter
-from tests.functional.promhelpers import binary
+from tests.support.prometheus import binary
 
 T0 = 1_790_000_000.0
 # Names a server or a user could give: quotes, backslashes, newlines, escapes, formula starters, unicode.
@@ -190,14 +190,14 @@ def test_the_exporters_metrics_with_hostile_names_pass_both_parsers_and_promtool
 
     import httpx
 
-    from lpxtop.assemble import build_engine
+    from lpxtop.cli.assemble import build_engine
     from lpxtop.config import normalize_url
     from lpxtop.export.exporter import Exporter
     from lpxtop.export.settings import ExporterSettings
     from lpxtop.model.endpoint import EndpointConfig
     from lpxtop.sim.config import SimConfig
     from lpxtop.sim.thread import start_sim_in_thread
-    from tests.functional.test_engine import wait_for
+    from tests.support.waiting import wait_for
 
     names = HOSTILE[1:5]
     with contextlib.ExitStack() as stack:

@@ -9,46 +9,24 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 
 import httpx
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.export.exporter import Exporter
 from lpxtop.export.settings import ExporterSettings
 from lpxtop.model.probe import ERROR_KINDS
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.promhelpers import HangingServer, binary, running, series, value
-from tests.functional.simhelpers import endpoint, free_port
-from tests.functional.test_engine import wait_for
+from tests.support.ports import free_port
+from tests.support.prometheus import HangingServer, binary, exported, running, scrape, series, value
+from tests.support.sim import endpoint
+from tests.support.waiting import wait_for
 
 IDENTITY = ("host", "endpoint", "model", "server_kind")
-
-
-@contextmanager
-def exported(url: str, **endpoint_kw) -> Iterator[tuple[Exporter, object]]:
-    config = endpoint(url, model=None, interval_s=0.25, metrics_interval_s=0.3, **endpoint_kw)
-    engine = build_engine([config], window_s=300)
-    exporter = Exporter(engine, ExporterSettings(listen_port=0, host_label="test-host"))
-    exporter.start()
-    engine.start()
-    try:
-        yield exporter, engine
-    finally:
-        exporter.stop()
-        engine.stop()
-
-
-def scrape(exporter: Exporter, accept: str | None = None) -> httpx.Response:
-    headers = {"Accept": accept} if accept else {}
-    response = httpx.get(f"{exporter.url}/metrics", headers=headers, timeout=5.0)
-    assert response.status_code == 200
-    return response
 
 
 def test_metrics_hold_what_the_engine_measured_and_parse_in_both_formats():
@@ -263,12 +241,14 @@ def test_exporter_command_reports_an_address_it_cannot_use(tmp_path):
 
 def test_the_dashboard_serves_the_same_with_export():
     """`lpxtop URL --export ADDR`: the dashboard's own engine, exported (the wiring, without a terminal)."""
-    from lpxtop.cli import _engine_for, _exporter_for, _load, build_parser
+    from lpxtop.cli.common import engine_for, load_endpoints
+    from lpxtop.cli.dashboard import exporter_for
+    from lpxtop.cli.entry import build_parser
 
     with start_sim_in_thread(SimConfig(model="sim-d", ttft_ms=5, itl_ms=1)) as sim:
         args = build_parser().parse_args([sim.url, "--export", "127.0.0.1:0", "--interval", "0.25", "--no-discover"])
-        engine = _engine_for(args, _load(args))
-        exporter = _exporter_for(args, engine, {})
+        engine = engine_for(args, load_endpoints(args))
+        exporter = exporter_for(args, engine, {})
         assert exporter is not None
         try:
             engine.start()
@@ -278,4 +258,4 @@ def test_the_dashboard_serves_the_same_with_export():
         finally:
             exporter.stop()
             engine.stop()
-    assert _exporter_for(build_parser().parse_args([]), engine, {}) is None
+    assert exporter_for(build_parser().parse_args([]), engine, {}) is None

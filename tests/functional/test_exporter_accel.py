@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import subprocess
 
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.engine.gpu.simulated import SimulatedGpuCollector
 from lpxtop.export.exporter import Exporter
 from lpxtop.export.settings import ExporterSettings
 from lpxtop.model.gpu import THROTTLE_WORDS
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.promhelpers import binary, series, value
-from tests.functional.simhelpers import endpoint
-from tests.functional.test_engine import wait_for
-from tests.functional.test_exporter import scrape
+from tests.support.prometheus import binary, scrape, series, value
+from tests.support.sim import endpoint
+from tests.support.waiting import wait_for
 
 
 def test_gpu_power_energy_throttle_and_joules_per_token_families():

@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from lpxtop import textsafe
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.export.exporter import Exporter
 from lpxtop.export.settings import ExporterSettings
-from tests.functional.simhelpers import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.timeout(90)
 CALLS = 120

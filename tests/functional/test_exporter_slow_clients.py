@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.export import server
 from lpxtop.export.exporter import Exporter
 from lpxtop.export.settings import ExporterSettings

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import time
 
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.engine.runner import Engine
 from lpxtop.model.events import SampleEvent, ScrapeEvent, SnapshotEvent, SystemEvent
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from lpxtop.ui.app import create_app
 from lpxtop.ui.widgets.endpoints_table import EndpointsTable
-from tests.functional.simhelpers import endpoint, free_port, wait_for
+from tests.support.ports import free_port
+from tests.support.sim import endpoint
+from tests.support.waiting import wait_for
 
 
 def _engine(url: str) -> Engine:

@@ -1,4 +1,4 @@
-"""The fleet view against a hostile Prometheus (a fake one on loopback, tests/functional/fakeprom.py):
+"""The fleet view against a hostile Prometheus (a fake one on loopback, tests/support/fakeprom.py):
 label values and error messages carrying terminal control sequences (OSC 0 sets the window title, OSC 52
 writes the clipboard), a proxy that echoes the bearer token, and numbers at the edges of a float. Nothing
 of it reaches the terminal, stderr or JSON unscrubbed, the token is never shown, `--json` is valid JSON,
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from lpxtop.fleet.source import FleetSettings, FleetSource
-from tests.functional.fakeprom import FakePrometheus, error, vector
+from tests.support.fakeprom import FakePrometheus, error, vector
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ def test_a_prometheus_url_with_credentials_is_a_usage_error_that_does_not_echo_t
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX pseudo-terminals")
 def test_the_dashboard_on_a_terminal_receives_no_escape_from_prometheus_labels():
-    from tests.functional.test_ui_terminal import Terminal
+    from tests.support.pty_terminal import Terminal
 
     answers = {"rows": HOSTILE_ROWS, "up_now": vector((ROW, "1")), "probes": error(ECHO),
                "gpu_used": vector(({"host": f"web{TITLE}1", "gpu": "gpu0", "uuid": "GPU-1",

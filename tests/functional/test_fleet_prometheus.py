@@ -28,8 +28,8 @@ from lpxtop.fleet.source import FleetReader, FleetSettings, FleetSource
 from lpxtop.http import HttpClient
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.promhelpers import HangingServer, Prometheus, binary, running, series, value
-from tests.functional.simhelpers import free_port
+from tests.support.ports import free_port
+from tests.support.prometheus import HangingServer, Prometheus, binary, running, series, value
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "docs" / "prometheus" / "lpxtop.rules.yml"

@@ -11,7 +11,7 @@ from lpxtop.fleet.source import REFUSALS, FleetSettings, build_snapshot
 from lpxtop.ui.app import create_app
 from lpxtop.ui.widgets.endpoints_table import EndpointsTable
 from lpxtop.ui.widgets.header_bar import HeaderBar
-from tests.unit.test_fleet_build import lpxtop_reading, s
+from tests.support.fleet_readings import lpxtop_reading, s
 
 
 class FixedFleet(FixedSource):

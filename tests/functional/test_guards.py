@@ -5,24 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import threading
 import time
 
 import pytest
 
-from lpxtop.cli import main
+from lpxtop.cli.entry import main
 from lpxtop.engine.runner import Engine, EngineSettings
 from lpxtop.engine.stats import EndpointWindow
 from lpxtop.engine.system.discovery import discover
 from lpxtop.jsonout import dumps
-from tests.functional.cli_inprocess import run_cli
-from tests.functional.hostile_http import HostileServer, hang, models, send, stream, trickle
-from tests.functional.simhelpers import endpoint
-from tests.hostile_values import HOSTILE_FLOATS, poisoned
-from tests.snapshot_data import fixed_snapshot
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.support.cli import run_cli
+from tests.support.hostile_http import HostileServer, hang, models, send, stream, trickle
+from tests.support.hostile_values import HOSTILE_FLOATS, poisoned
+from tests.support.sim import endpoint
+from tests.support.snapshot_data import fixed_snapshot
 
 
 def _strict_json(text: str):

@@ -17,12 +17,12 @@ import pytest
 
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import free_port
+from tests.support.paths import REPO
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
-REPO = Path(__file__).resolve().parents[2]
 FAST_SIM = SimConfig(max_num_seqs=2, itl_ms=4.0, ttft_ms=10.0, jitter=0.0, seed=4)
-RELAXED = ["--client-lag-limit", "1000", "--client-cpu-wait-limit", "1"]  # a busy shared box: see loadhelpers
+RELAXED = ["--client-lag-limit", "1000", "--client-cpu-wait-limit", "1"]  # a busy shared box: see tests/support/load_runs.py
 
 
 def lpxtop(*argv: str) -> subprocess.Popen:
@@ -102,7 +102,7 @@ def test_ctrl_c_mid_step_stops_at_once_and_leaves_a_valid_partial_report(tmp_pat
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX pseudo-terminals")
 @pytest.mark.parametrize("key, code", [(b"\x03", 130)], ids=["ctrl-c"])  # q: the Pilot tests
 def test_the_dashboard_on_a_terminal_stops_at_once_and_writes_the_report(tmp_path, key, code):
-    from tests.functional.test_ui_terminal import Terminal
+    from tests.support.pty_terminal import Terminal
 
     path = tmp_path / "r.json"
     with start_sim_in_thread(FAST_SIM) as sim:
@@ -123,7 +123,7 @@ def test_the_dashboard_on_a_terminal_stops_at_once_and_writes_the_report(tmp_pat
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX pseudo-terminals")
 def test_sigterm_ends_the_dashboard_as_q_does_and_the_report_is_written(tmp_path):
-    from tests.functional.test_ui_terminal import Terminal
+    from tests.support.pty_terminal import Terminal
 
     path = tmp_path / "r.json"
     with start_sim_in_thread(FAST_SIM) as sim:
@@ -186,10 +186,10 @@ def test_every_run_is_recorded_by_default_with_a_mark_per_step(tmp_path):
 def test_a_step_mark_after_the_recordings_last_reading_is_still_a_place_replay_jumps_to(tmp_path):
     """A load step's mark is placed at its first request; on a busy machine the engine's last reading (every
     second) can come before the last step began, and replay must still find the mark (`n`)."""
-    from lpxtop.load.cli import build_load_engine
+    from lpxtop.cli.load import build_load_engine
     from lpxtop.record.recorder import Recorder
     from lpxtop.record.replay import ReplaySource
-    from tests.functional.loadhelpers import plan_for
+    from tests.support.load_runs import plan_for
 
     path = tmp_path / "run.lpxrec"
     with start_sim_in_thread(FAST_SIM) as sim:

@@ -13,7 +13,7 @@ import pytest
 from lpxtop.load.slo import parse_slo
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.loadhelpers import plan_for, run_plan
+from tests.support.load_runs import plan_for, run_plan
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -68,7 +68,7 @@ def test_lpxtops_own_descriptor_limit_is_its_own_error_and_the_step_is_client_li
     import subprocess
     import sys
 
-    from tests.functional.test_load_cli import REPO
+    from tests.support.paths import REPO
 
     def limit_descriptors() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
@@ -123,7 +123,7 @@ def test_a_server_whose_metrics_hold_inf_and_nan_still_gets_valid_json_everywher
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from tests.functional.test_load_cli import REPO
+    from tests.support.paths import REPO
 
     page = hostile_metrics_page().encode()
 
@@ -177,7 +177,7 @@ def test_a_warmup_that_is_no_length_is_a_usage_error_before_any_load(value):
     import subprocess
     import sys
 
-    from tests.functional.test_load_cli import REPO
+    from tests.support.paths import REPO
 
     cfg = SimConfig(max_num_seqs=4, itl_ms=2.0, ttft_ms=5.0, jitter=0.0, seed=25)
     with start_sim_in_thread(cfg) as sim:
@@ -194,7 +194,7 @@ def test_a_report_path_that_cannot_be_written_is_a_usage_error_before_any_load(t
     import subprocess
     import sys
 
-    from tests.functional.test_load_cli import REPO
+    from tests.support.paths import REPO
 
     path = str(tmp_path) if where == "a directory" else "/proc/lpxtop-report.json"
     cfg = SimConfig(max_num_seqs=4, itl_ms=2.0, ttft_ms=5.0, jitter=0.0, seed=26)
@@ -215,7 +215,7 @@ def test_a_report_that_cannot_be_written_at_the_end_still_prints_the_table(tmp_p
     import subprocess
     import sys
 
-    from tests.functional.test_load_cli import REPO
+    from tests.support.paths import REPO
 
     out_dir = tmp_path / "reports"
     out_dir.mkdir()

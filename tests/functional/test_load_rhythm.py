@@ -18,7 +18,7 @@ import pytest
 from lpxtop.load.rhythm import synchrony
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.loadhelpers import plan_for, run_plan
+from tests.support.load_runs import plan_for, run_plan
 
 pytestmark = pytest.mark.timeout(120)
 WORKERS = 8

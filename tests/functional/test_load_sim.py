@@ -11,7 +11,7 @@ from lpxtop.load.slo import parse_slo
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.records import token_times_ns
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.loadhelpers import plan_for, run_plan
+from tests.support.load_runs import plan_for, run_plan
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -15,7 +15,7 @@ from lpxtop.http import HttpClient
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.loadhelpers import plan_for, run_plan
+from tests.support.load_runs import plan_for, run_plan
 
 pytestmark = pytest.mark.timeout(120)
 SIM = dict(max_num_seqs=8, itl_ms=30.0, ttft_ms=5.0, batch_factor=0.0, prefill_ms_per_token=0.0, jitter=0.0)

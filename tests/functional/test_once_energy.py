@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.engine.gpu.simulated import SimulatedGpuCollector
 from lpxtop.report import render_table
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import endpoint
+from tests.support.sim import endpoint
 
 
 def test_once_json_has_the_gpu_fields_and_joules_per_token():

@@ -16,20 +16,22 @@ from dataclasses import replace
 import pytest
 
 from lpxtop import textsafe
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.model.events import SampleEvent
 from lpxtop.otel import semconv as sc
 from lpxtop.otel.pipeline import OtlpPipeline
 from lpxtop.otel.settings import OtlpSettings, parse_endpoint
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.cli_inprocess import run_cli
-from tests.functional.otlp_receiver import attrs, start_receiver, stop_receiver
-from tests.functional.simhelpers import endpoint, free_port, wait_for
+from tests.support.cli import run_cli
+from tests.support.otlp_receiver import attrs, start_receiver, stop_receiver
+from tests.support.paths import REPO
+from tests.support.ports import free_port
+from tests.support.sim import endpoint
+from tests.support.waiting import wait_for
 
 FAST = SimConfig(model="sim-otel", ttft_ms=5, itl_ms=1, dify_tool_latency_ms=5)
 TOKEN = "otlp-secret-token-7f3a9c"
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @contextmanager
@@ -293,7 +295,7 @@ def test_load_requests_are_sampled_into_spans_and_all_counted_in_metrics(tmp_pat
 
 @pytest.mark.parametrize("command", [None, "demo", "once", "record", "exporter", "load"])
 def test_every_command_that_measures_takes_the_otlp_flags(command):
-    from lpxtop.cli import build_parser
+    from lpxtop.cli.entry import build_parser
 
     parser = build_parser(command)
     argv = ([] if command != "load" else ["127.0.0.1:1"]) + ["--otlp", "http://127.0.0.1:4318", "--otlp-sample",

@@ -12,9 +12,9 @@ from lpxtop.engine.agent.difyworkflow import run_dify_workflow_step
 from lpxtop.engine.agent.tools import ToolSet
 from lpxtop.engine.probe import stream as stream_module
 from lpxtop.http import HttpClient
-from tests.conftest import FIXTURES
-from tests.functional.hostile import HostileServer, Reply
-from tests.functional.simhelpers import endpoint
+from tests.support.hostile import HostileServer, Reply
+from tests.support.paths import FIXTURES
+from tests.support.sim import endpoint
 
 pytestmark = pytest.mark.timeout(60)
 CAPTURES = FIXTURES / "platforms"

@@ -16,9 +16,9 @@ from lpxtop.engine.agent.tools import ToolSet
 from lpxtop.engine.probe import stream as stream_module
 from lpxtop.http import HttpClient
 from lpxtop.model.platform import MAX_NODES
-from tests.functional.hostile import HostileServer, Reply
-from tests.functional.simhelpers import endpoint
-from tests.functional.test_stream_endings import COZE, COZE_CHAT, coze, coze_message, node, workflow_event
+from tests.support.hostile import HostileServer, Reply
+from tests.support.sim import endpoint
+from tests.support.stream_dialects import COZE, COZE_CHAT, coze, coze_message, node, workflow_event
 
 pytestmark = pytest.mark.timeout(60)
 LIMITS = {"first_token_timeout_s": 1.0, "timeout_s": 2.0}

@@ -11,17 +11,11 @@ import httpx
 import psutil
 import pytest
 
-from lpxtop.engine.system import procinfo
+from lpxtop.engine.system import listeners
 from lpxtop.engine.system.ports import PortMonitor
 from lpxtop.model.endpoint import EndpointConfig
-from tests.functional.simhelpers import free_port
-from tests.functional.test_ports_support import (
-    REUSEPORT_LISTENER,
-    SLEEPER,
-    listener_pids,
-    running_children,
-    wait_until,
-)
+from tests.support.ports import REUSEPORT_LISTENER, SLEEPER, free_port, listener_pids, running_children
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -68,7 +62,7 @@ def test_remote_endpoints_are_not_checked():
 def test_plain_http_server_is_a_conflict(children):
     port = free_port()
     proc = children.start([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"])
-    assert wait_until(lambda: proc.pid in listener_pids(port))
+    wait_for(lambda: proc.pid in listener_pids(port), timeout=15)
     monitor = PortMonitor()
     st = only(monitor.collect([endpoint(port, "qwen-7b")], served_models={"ep": ()})[0])
     assert st.status == "conflict"
@@ -131,7 +125,7 @@ def test_server_restarted_on_the_same_port(children):
     assert st.status == "ok" and st.pid == first.pid
 
     children.stop(first)
-    assert wait_until(lambda: not listener_pids(port))
+    wait_for(lambda: not listener_pids(port), timeout=15)
     st = only(monitor.collect([ep], served_models={"ep": ()})[0])
     assert st.status == "down"
 
@@ -151,7 +145,7 @@ def test_two_reuseport_listeners_are_multiple(children):
     port = free_port()
     a = children.python(REUSEPORT_LISTENER, str(port))
     b = children.python(REUSEPORT_LISTENER, str(port))
-    assert wait_until(lambda: listener_pids(port) == {a.pid, b.pid})
+    wait_for(lambda: listener_pids(port) == {a.pid, b.pid}, timeout=15)
     st = only(PortMonitor().collect([endpoint(port)])[0])
     assert st.status == "multiple"
     assert set(st.pids) == {a.pid, b.pid}
@@ -163,8 +157,8 @@ def _psutil_path(monkeypatch, tmp_path):
     """No sock_diag and a /proc without net tables (macOS, a sandbox): scan_listeners() takes psutil's
     path, which the tests below then bend. The Linux path is tested with real users in
     test_ports_listeners.py."""
-    no_tables = procinfo.ListenerScanner(proc=str(tmp_path), netlink=False)
-    monkeypatch.setattr(procinfo, "_LISTENERS", no_tables)
+    no_tables = listeners.ListenerScanner(proc=str(tmp_path), netlink=False)
+    monkeypatch.setattr(listeners, "_LISTENERS", no_tables)
 
 
 def _hide_socket_owners(monkeypatch, tmp_path):
@@ -271,7 +265,7 @@ def test_orphaned_worker_with_only_internal_ports_is_a_leftover(children):
     proc = children.start(
         ["VLLM::Worker_TP0", "-c", REUSEPORT_LISTENER, str(port)], executable=sys.executable
     )
-    assert wait_until(lambda: proc.pid in listener_pids(port))
+    wait_for(lambda: proc.pid in listener_pids(port), timeout=15)
     _, leftovers = PortMonitor().collect([], gpu_pids={proc.pid: 40 * GIB})
     lo = _leftover(leftovers, proc.pid)
     assert lo is not None and lo.server_kind == "vllm"
@@ -299,7 +293,7 @@ def test_zombie_child_of_a_server_is_a_leftover(children):
         except psutil.Error:
             return []
 
-    assert wait_until(lambda: bool(zombie_kids()))
+    wait_for(lambda: bool(zombie_kids()), timeout=15)
     zombie = zombie_kids()[0]
     _, leftovers = PortMonitor().collect([])
     lo = _leftover(leftovers, zombie.pid)

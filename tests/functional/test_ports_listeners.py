@@ -22,17 +22,12 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
-from lpxtop.engine.system import procinfo
+from lpxtop.engine.system import listeners
+from lpxtop.engine.system.listeners import Listener, ListenerScanner
 from lpxtop.engine.system.ports import PortMonitor
-from lpxtop.engine.system.procinfo import Listener, ListenerScanner
 from lpxtop.model.endpoint import EndpointConfig
-from tests.functional.test_ports_support import (
-    REUSEPORT_LISTENER,
-    SLEEPER,
-    listener_pids,
-    running_children,
-    wait_until,
-)
+from tests.support.ports import REUSEPORT_LISTENER, SLEEPER, listener_pids, running_children
+from tests.support.waiting import wait_for
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -54,7 +49,7 @@ def new_scanner(request) -> Callable[..., ListenerScanner]:
     netlink = request.param == "sock_diag"
     if netlink:
         try:
-            procinfo.listen_rows_sock_diag()
+            listeners.listen_rows_sock_diag()
         except OSError as exc:
             pytest.skip(f"no sock_diag here: {exc}")
 
@@ -90,7 +85,7 @@ def psutil_view(ports: set[int]) -> set[tuple[str, int, int | None]]:
     }
 
 
-def proc_view(scan: procinfo.ListenScan, ports: set[int]) -> set[tuple[str, int, int | None]]:
+def proc_view(scan: listeners.ListenScan, ports: set[int]) -> set[tuple[str, int, int | None]]:
     return {(ls.ip, ls.port, ls.pid) for port in ports for ls in scan.by_port.get(port, ())}
 
 
@@ -112,7 +107,7 @@ def test_listener_in_a_child_process(children, new_scanner):
     with listening() as probe:
         port = probe.getsockname()[1]
     proc = children.python(REUSEPORT_LISTENER, str(port))
-    assert wait_until(lambda: listener_pids(port) == {proc.pid})
+    wait_for(lambda: listener_pids(port) == {proc.pid}, timeout=15)
     scanner = new_scanner()
     first = scanner.scan()
     assert first.by_port[port] == (Listener("127.0.0.1", port, proc.pid),)
@@ -128,12 +123,12 @@ def test_several_listeners_match_psutil(children, new_scanner):
             shared = probe.getsockname()[1]
         a = children.python(REUSEPORT_LISTENER, str(shared))
         b = children.python(REUSEPORT_LISTENER, str(shared))
-        assert wait_until(lambda: listener_pids(shared) == {a.pid, b.pid})
+        wait_for(lambda: listener_pids(shared) == {a.pid, b.pid}, timeout=15)
         ports = {v4.getsockname()[1], v6.getsockname()[1], shared}
         expected = psutil_view(ports)
         assert {pid for _, _, pid in expected} == {os.getpid(), a.pid, b.pid}
         assert proc_view(new_scanner().scan(), ports) == expected
-        assert proc_view(procinfo.scan_listeners(), ports) == expected  # the engine's entry point
+        assert proc_view(listeners.scan_listeners(), ports) == expected  # the engine's entry point
 
 
 def test_listener_closed_between_scans_is_gone_and_forgotten(new_scanner):
@@ -155,12 +150,12 @@ def test_child_listener_killed_then_replaced_on_the_same_port(children, new_scan
         port = probe.getsockname()[1]
     scanner = new_scanner()
     first = children.python(REUSEPORT_LISTENER, str(port))
-    assert wait_until(lambda: listener_pids(port) == {first.pid})
+    wait_for(lambda: listener_pids(port) == {first.pid}, timeout=15)
     assert scanner.scan().by_port[port][0].pid == first.pid
     children.stop(first)
-    assert wait_until(lambda: port not in scanner.scan().by_port)
+    wait_for(lambda: port not in scanner.scan().by_port, timeout=15)
     second = children.python(REUSEPORT_LISTENER, str(port))
-    assert wait_until(lambda: listener_pids(port) == {second.pid})
+    wait_for(lambda: listener_pids(port) == {second.pid}, timeout=15)
     scan = scanner.scan()
     assert scan.by_port[port] == (Listener("127.0.0.1", port, second.pid),)
     assert proc_view(scan, {port}) == psutil_view({port})
@@ -196,28 +191,28 @@ def test_shared_socket_follows_the_holder_that_keeps_it(new_scanner):
 def test_sock_diag_and_proc_net_tcp_agree():
     """The two ways of reading the listeners give the same rows (address, port, uid, inode)."""
     try:
-        procinfo.listen_rows_sock_diag()
+        listeners.listen_rows_sock_diag()
     except OSError as exc:
         pytest.skip(f"no sock_diag here: {exc}")
     with listening() as v4, listening("::") as v6:
         ports = {v4.getsockname()[1], v6.getsockname()[1]}
         mine = {inode(v4), inode(v6)}
 
-        def ours(rows: list[procinfo.TcpListenRow]) -> set[procinfo.TcpListenRow]:
+        def ours(rows: list[listeners.TcpListenRow]) -> set[listeners.TcpListenRow]:
             return {row for row in rows if row.port in ports}
 
-        diag = ours(procinfo.listen_rows_sock_diag())
-        assert diag == ours(procinfo.listen_rows_proc())
+        diag = ours(listeners.listen_rows_sock_diag())
+        assert diag == ours(listeners.listen_rows_proc())
         assert {row.inode for row in diag} == mine and {row.uid for row in diag} == {os.geteuid()}
 
 
 def test_unreadable_proc_falls_back_to_psutil(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         ListenerScanner(proc=str(tmp_path), netlink=False).scan()  # no sock_diag, no /proc/net
-    monkeypatch.setattr(procinfo, "_LISTENERS", ListenerScanner(proc=str(tmp_path), netlink=False))
+    monkeypatch.setattr(listeners, "_LISTENERS", ListenerScanner(proc=str(tmp_path), netlink=False))
     with listening() as sock:
         port = sock.getsockname()[1]
-        scan = procinfo.scan_listeners()
+        scan = listeners.scan_listeners()
         assert scan.complete and scan.by_port[port] == (Listener("127.0.0.1", port, os.getpid()),)
 
 

@@ -13,7 +13,8 @@ from lpxtop.engine.probe import run_probe
 from lpxtop.http import HttpClient
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import endpoint, free_port
+from tests.support.ports import free_port
+from tests.support.sim import endpoint
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from lpxtop.engine.probe import run_probe
 from lpxtop.http import HttpClient
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import endpoint, fidelity_errors, p
+from tests.support.sim import endpoint, fidelity_errors, p
 
 TOLERANCE_MS = 3.0
 

@@ -1,4 +1,4 @@
-"""Hostile streams (issue 18 items 1, 2 and 4, the probe's part): each answer comes from a real loopback
+"""Hostile streams (the probe's part): each answer comes from a real loopback
 server that writes exactly the bytes a broken server or proxy sends, and the probe classifies it,
 within its bounds, without raising."""
 
@@ -13,8 +13,8 @@ from lpxtop.engine.probe import fetch_models, run_probe
 from lpxtop.engine.probe import stream as probe_module
 from lpxtop.http import HttpClient
 from lpxtop.model.probe import ERROR_KINDS
-from tests.functional.hostile import HostileServer, Reply
-from tests.functional.simhelpers import endpoint
+from tests.support.hostile import HostileServer, Reply
+from tests.support.sim import endpoint
 
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 
@@ -323,7 +323,7 @@ async def test_a_model_id_with_terminal_escapes_is_scrubbed_in_the_sample():
 async def test_real_capture_in_random_chunkings_over_a_socket_gives_the_same_sample():
     import random
 
-    from tests.conftest import FIXTURES
+    from tests.support.paths import FIXTURES
 
     raw = (FIXTURES / "sse" / "vllm-0.32.0-chat-stream-include-usage.txt").read_bytes()
     rng = random.Random(5)

@@ -15,7 +15,7 @@ import pytest
 from lpxtop.engine.probe import reads as reads_module
 from lpxtop.engine.probe import run_probe
 from lpxtop.http import HttpClient
-from tests.functional.simhelpers import endpoint
+from tests.support.sim import endpoint
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 ROLE = b'data: {"id":"x","model":"m","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'

@@ -1,4 +1,4 @@
-"""lpxtop's own pool wait and the server's redirect, kept with each probe (issue 19 item 6, issue 18 item 5):
+"""lpxtop's own pool wait and the server's redirect, kept with each probe:
 summarized in the endpoint's view, in `once --json` (schema 1 grows) and on the detail screen's Settings tab."""
 
 from __future__ import annotations

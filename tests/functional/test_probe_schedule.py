@@ -18,7 +18,7 @@ from lpxtop.engine.runner import Engine, EngineSettings
 from lpxtop.model.probe import Sample
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import endpoint
+from tests.support.sim import endpoint
 
 PROBES = 30
 MEAN_GAP_S = 0.05

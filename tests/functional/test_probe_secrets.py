@@ -1,4 +1,4 @@
-"""Secrets and terminal control in server text (issue 18 item 3): a server that echoes the request's
+"""Secrets and terminal control in server text: a server that echoes the request's
 credentials back, in an error body and in an SSE error event, gets them shown nowhere."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from lpxtop.engine.probe import fetch_models, run_probe
 from lpxtop.engine.scrape.kinds import auth_headers
 from lpxtop.http import HttpClient
 from lpxtop.textsafe import scrub
-from tests.functional.hostile import HostileServer, Reply, Request
-from tests.functional.simhelpers import endpoint
+from tests.support.hostile import HostileServer, Reply, Request
+from tests.support.sim import endpoint
 
 KEY = "sk-echo-" + "k3" * 12
 HEADER_SECRET = "org-" + "z8" * 10

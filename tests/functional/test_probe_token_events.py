@@ -1,4 +1,4 @@
-"""Which chunks are token events (issue 19 item 1), on real captures and on the simulator with ground truth.
+"""Which chunks are token events, on real captures and on the simulator with ground truth.
 
 vLLM streams one chunk per token, and a token that completes no UTF-8 character arrives as
 `"content": ""`. Counting only non-empty chunks turned two token gaps into one: ITL p95 and mean about
@@ -17,9 +17,9 @@ from lpxtop.http import HttpClient
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.records import token_times_ns
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.conftest import FIXTURES
-from tests.functional.hostile import HostileServer, Reply
-from tests.functional.simhelpers import endpoint, fidelity_errors, p
+from tests.support.hostile import HostileServer, Reply
+from tests.support.paths import FIXTURES
+from tests.support.sim import endpoint, fidelity_errors, p
 
 VLLM = (FIXTURES / "sse" / "vllm-0.32.0-chat-stream-include-usage.txt").read_bytes()
 LLAMA = (FIXTURES / "sse" / "llamacpp-server-0c1e5709-chat-stream-include-usage.txt").read_bytes()

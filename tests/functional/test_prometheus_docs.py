@@ -7,7 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from tests.functional.promhelpers import binary
+from tests.support.prometheus import binary
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "prometheus"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lpxtop.cli import main
+from lpxtop.cli.entry import main
 from lpxtop.model.probe import Percentiles
 from lpxtop.record.compare import compare_files, render_comparison
 from lpxtop.record.export import export
@@ -25,9 +25,9 @@ from lpxtop.record.reading import Recording
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.records import token_times_ns
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import p
+from tests.support.paths import REPO
+from tests.support.sim import p
 
-REPO = Path(__file__).resolve().parents[2]
 TOLERANCE_MS = 3.0  # as the probe fidelity tests: judged by the median, a busy 2-core box moves single probes
 
 
@@ -213,7 +213,7 @@ def _wait(predicate, timeout: float = 10.0):
 @pytest.mark.parametrize("trouble", ["unwritable path", "disk full"])
 def test_a_recording_that_cannot_be_written_stops_with_an_alert_and_monitoring_goes_on(trouble, tmp_path,
                                                                                         monkeypatch):
-    from lpxtop.assemble import build_engine
+    from lpxtop.cli.assemble import build_engine
     from lpxtop.config import normalize_url
     from lpxtop.model.endpoint import EndpointConfig
     from lpxtop.record import recorder as recorder_module

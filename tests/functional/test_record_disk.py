@@ -21,12 +21,12 @@ from lpxtop.record.reading import Recording
 from lpxtop.record.store import RecordingError, RecordingExists, StoreWriter
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.fulldisk import full_disk
+from tests.support.fulldisk import full_disk
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.timeout(90)
-REPO = Path(__file__).resolve().parents[2]
 SIM = SimConfig(model="m", ttft_ms=5, itl_ms=1, max_num_seqs=4, jitter=0.0, seed=2)
-RELAXED = ["--client-lag-limit", "1000", "--client-cpu-wait-limit", "1"]  # a busy shared box: see loadhelpers
+RELAXED = ["--client-lag-limit", "1000", "--client-cpu-wait-limit", "1"]  # a busy shared box: see tests/support/load_runs.py
 
 
 def run(argv: list[str], disk, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -12,10 +12,10 @@ import subprocess
 
 import pytest
 
-from lpxtop.cli import main
+from lpxtop.cli.entry import main
 from lpxtop.record.export import export
 from lpxtop.record.reading import Recording
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 V1 = FIXTURES / "recordings" / "v1-sim.lpxrec"
 

@@ -17,14 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from lpxtop.cli import main
+from lpxtop.cli.entry import main
 from lpxtop.record import store
 from lpxtop.record.replay import ReplaySource
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES, REPO
 
 pytestmark = pytest.mark.timeout(120)
 V1 = FIXTURES / "recordings" / "v1-sim.lpxrec"
-REPO = Path(__file__).resolve().parents[2]
 DEEP = 100_000
 
 
@@ -181,7 +180,7 @@ def test_a_decompression_bomb_is_refused_within_bounded_memory(tmp_path):
     db.close()
     # The child's own peak: VmHWM of its address space (getrusage's ru_maxrss would count the pytest
     # process it was forked from, whose pages it shared until exec).
-    probe = ("import sys; from lpxtop.cli import main; code = main(sys.argv[1:]); "
+    probe = ("import sys; from lpxtop.cli.entry import main; code = main(sys.argv[1:]); "
              "peak = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')]; "
              "print(peak[0], code)")
     result = subprocess.run([sys.executable, "-c", probe, "export", str(path)], capture_output=True, text=True,

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import pytest
 
-from lpxtop.assemble import build_engine
+from lpxtop.cli.assemble import build_engine
 from lpxtop.config import normalize_url
 from lpxtop.engine.gpu.simulated import SimulatedGpuCollector
 from lpxtop.model.agent import AgentStepEvent

@@ -16,9 +16,9 @@ from lpxtop.ui.screens.compare import CompareScreen
 from lpxtop.ui.screens.help import HelpScreen
 from lpxtop.ui.screens.prompt import PromptScreen
 from lpxtop.ui.widgets.timebar import TimeBar
-from tests.conftest import FIXTURES
-from tests.functional.test_ui_support import SwitchableSource, text_of
-from tests.snapshot_data import fixed_snapshot
+from tests.support.paths import FIXTURES
+from tests.support.snapshot_data import fixed_snapshot
+from tests.support.ui import SwitchableSource, text_of
 
 V1 = FIXTURES / "recordings" / "v1-sim.lpxrec"
 SIZE = (120, 42)

@@ -9,10 +9,9 @@ import socket
 import subprocess
 import sys
 
-from tests.functional.cli_inprocess import run_cli
-from tests.functional.hostile_http import HostileServer, models, send
+from tests.support.cli import run_cli
+from tests.support.hostile_http import HostileServer, models, send
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEYS = ("sk-live-cmdline-AAAA1111", "sk-live-keys-BBBB2222", "hf_token_CCCC3333", "bearer-DDDD4444",
         "short-k-EEEE5555", "env-key-FFFF6666")
 ESCAPES = ("\x1b]0;pwned\x07", "\x1b[2J", "\x1b[31m", "\x9b6n")

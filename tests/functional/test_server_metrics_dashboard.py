@@ -1,6 +1,6 @@
 """The dashboard on the real engine, scraping a /metrics page whose gauges are +Inf, -Inf and NaN.
 
-Issue 18: a legal `+Inf` gauge killed the dashboard (the queue sparkline divided by infinity). The
+A legal `+Inf` gauge once killed the dashboard (the queue sparkline divided by infinity). The
 values are now unknown (`--`) with a note the Server tab shows; the app keeps running through several
 scrapes and the detail screen.
 """
@@ -19,7 +19,7 @@ from lpxtop.engine.scrape.servers import ServerScraper
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.ui.app import create_app
 from lpxtop.ui.widgets.endpoints_table import EndpointsTable
-from tests.unit.test_server_metrics_http import serve
+from tests.support.metrics_server import serve
 
 PAGES = [
     "# TYPE vllm:num_requests_waiting gauge\n"

@@ -1,6 +1,6 @@
 """The client/engine TTFT gap against the simulated server, idle and under a closed-loop load that queues.
 
-Issue 19: "client p50 minus server p50" read -1, +1, +36 and +1,107 ms at concurrency 1, 2, 4 and 8
+Measured before this rule: "client p50 minus server p50" read -1, +1, +36 and +1,107 ms at concurrency 1, 2, 4 and 8
 where the real time outside vLLM's TTFT clock was ~6 ms at every level. Here the load's requests carry
 long prompts (a different population from the probe's short one, as a benchmark's are) and the sim
 queues them behind 2 slots. The truth is the sim's own record: for each probe, its measured TTFT minus

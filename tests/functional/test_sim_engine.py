@@ -9,7 +9,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from lpxtop.sim import SimConfig, start_sim_in_thread
-from tests.functional.test_sim_support import chat_body, fixture_path, wait_until
+from tests.support.sim import chat_body, fixture_path
+from tests.support.waiting import wait_for
 
 CAPTURE = "metrics/vllm-0.32.0-cpu-local-capture-after-load.txt"
 LABELS = {"engine": "0", "model_name": "sim-test"}
@@ -77,7 +78,7 @@ async def test_requests_beyond_max_num_seqs_wait_and_their_ttft_grows() -> None:
         # Two run at once; the next two wait one ~30-step generation (>= 150 ms), the last two two of them.
         assert ttfts[2] - ttfts[1] > 100
         assert ttfts[4] - ttfts[3] > 100
-        assert wait_until(lambda: sim.server.requests_running == 0 and sim.server.requests_waiting == 0)
+        wait_for(lambda: sim.server.requests_running == 0 and sim.server.requests_waiting == 0)
         families = _families((await asyncio.to_thread(httpx.get, sim.base_url + "/metrics")).text)
         # The server-side queue-time histogram saw the waits too.
         assert (
@@ -138,11 +139,11 @@ def test_queue_cap_answers_503_and_counts_a_rejection() -> None:
     config = SimConfig(model="sim-test", ttft_ms=2, itl_ms=50, max_num_seqs=1, max_waiting=1)
     with start_sim_in_thread(config) as sim, httpx.Client(timeout=10) as client:
         with client.stream("POST", sim.url + "/chat/completions", json=chat_body(max_tokens=20)) as first:
-            assert wait_until(lambda: sim.server.requests_running == 1)
+            wait_for(lambda: sim.server.requests_running == 1)
             with client.stream(
                 "POST", sim.url + "/chat/completions", json=chat_body(max_tokens=20)
             ) as second:
-                assert wait_until(lambda: sim.server.requests_waiting == 1)
+                wait_for(lambda: sim.server.requests_waiting == 1)
                 third = client.post(sim.url + "/chat/completions", json=chat_body(max_tokens=20))
                 assert third.status_code == 503
                 assert third.json()["error"]["code"] == 503
@@ -155,7 +156,7 @@ def test_queue_cap_answers_503_and_counts_a_rejection() -> None:
             ({"model_name": "sim-test", "reason": "max_num_queued_tokens"}, 0.0),
         ]
         # The client that went away is aborted, not left running.
-        assert wait_until(lambda: sim.server.requests_running == 0 and sim.server.requests_waiting == 0)
+        wait_for(lambda: sim.server.requests_running == 0 and sim.server.requests_waiting == 0)
         families = _families(client.get(sim.base_url + "/metrics").text)
         assert (
             _value(families, "vllm:request_success", "vllm:request_success_total", finished_reason="abort")
@@ -166,7 +167,7 @@ def test_queue_cap_answers_503_and_counts_a_rejection() -> None:
 def test_background_load_fills_the_queue_and_the_prefix_cache_hits() -> None:
     config = SimConfig(model="sim-test", ttft_ms=5, itl_ms=5, max_num_seqs=2, background_load=lambda t: 5)
     with start_sim_in_thread(config) as sim:
-        assert wait_until(lambda: sim.server.requests_running == 2 and sim.server.requests_waiting == 3, 3.0)
+        wait_for(lambda: sim.server.requests_running == 2 and sim.server.requests_waiting == 3, 3.0)
         assert sim.server.kv_cache_usage > 0
         assert sim.server.records == []  # virtual requests have no HTTP side
 
@@ -175,7 +176,7 @@ def test_background_load_fills_the_queue_and_the_prefix_cache_hits() -> None:
             return _value(families, "vllm:prefix_cache_hits", "vllm:prefix_cache_hits_total")
 
         # Virtual requests share a 64-token system prompt: the second and later ones hit it.
-        assert wait_until(lambda: prefix_hits() >= 64, 2.0)
+        wait_for(lambda: prefix_hits() >= 64, 2.0)
 
 
 def test_metrics_use_vllm_v1_names_help_labels_and_buckets() -> None:

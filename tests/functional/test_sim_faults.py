@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from lpxtop.sim import SimConfig, SimHandle, start_sim_in_thread
-from tests.functional.test_sim_support import chat_body, stream
+from tests.support.sim import chat_body, stream
 
 FAST = {"model": "sim-test", "ttft_ms": 5.0, "itl_ms": 3.0}
 

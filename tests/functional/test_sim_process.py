@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.functional.simhelpers import free_port
-from tests.functional.test_sim_support import chat_body, stream
+from tests.support.ports import free_port
+from tests.support.sim import chat_body, stream
 
 
 def _readline(proc: subprocess.Popen, timeout_s: float) -> str:

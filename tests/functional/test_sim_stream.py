@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from lpxtop.sim import SimConfig, SimHandle, start_sim_in_thread
-from tests.functional.test_sim_support import chat_body, fixture_events, stream, wait_until
+from tests.support.sim import chat_body, fixture_events, stream
+from tests.support.waiting import wait_for
 
 VLLM_SSE = "sse/vllm-0.32.0-chat-stream-include-usage.txt"
 FAST = {"model": "sim-test", "ttft_ms": 5.0, "itl_ms": 3.0}
@@ -199,7 +200,7 @@ def test_records_match_what_the_client_received(sim: SimHandle, client: httpx.Cl
     gaps_ms = [(b - a) / 1e6 for a, b in zip(token_times, token_times[1:])]
     assert statistics.median(gaps_ms) >= 2.0
     # The sim closes the record just after its last write: the client can have the bytes first.
-    assert wait_until(lambda: record.t_done_ns is not None)
+    wait_for(lambda: record.t_done_ns is not None)
     assert record.t_done_ns >= times[-1]
     assert sim.server.records[-1] is record
 

@@ -6,28 +6,20 @@ loop alive. The hour-long run is `benchmarks/soak.py --minutes 60`."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import selectors
 import socket
 import threading
 import time
-from pathlib import Path
 
-from lpxtop.assemble import build_engine
+from benchmarks import soak
+from lpxtop.cli.assemble import build_engine
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import endpoint, free_port
+from tests.support.ports import free_port
+from tests.support.sim import endpoint
 
 RUN_S = 4.4
 REPORT_S = 0.4
-
-
-def _soak():
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "soak.py"
-    spec = importlib.util.spec_from_file_location("lpxtop_bench_soak", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _squat(port: int, stop: threading.Event) -> threading.Thread:
@@ -66,7 +58,6 @@ def _squat(port: int, stop: threading.Event) -> threading.Thread:
 
 
 def test_flapping_endpoints_leave_tasks_and_fds_flat_and_no_probe_loop_lost():
-    soak = _soak()
     config = SimConfig(model="m", ttft_ms=5, itl_ms=1)
     ports = [free_port() for _ in range(4)]
     eps = [endpoint(f"http://127.0.0.1:{p}/v1", name=f"e{i}", model="m", interval_s=0.1, timeout_s=1.0,

@@ -23,8 +23,8 @@ from lpxtop.load.step import StepRun, StepSpec
 from lpxtop.model.agent import AgentStep, CallTrace
 from lpxtop.model.probe import Sample
 from lpxtop.record.codec import Decoder, Encoder, record_types
-from tests.functional.hostile import HostileServer, Reply, Request
-from tests.functional.simhelpers import endpoint
+from tests.support.hostile import HostileServer, Reply, Request
+from tests.support.sim import endpoint
 
 pytestmark = pytest.mark.timeout(60)
 

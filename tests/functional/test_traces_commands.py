@@ -21,8 +21,8 @@ import pytest
 from lpxtop.model.probe import Percentiles
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.cli_inprocess import run_cli
-from tests.functional.simhelpers import wait_for
+from tests.support.cli import run_cli
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 AGREE_MS = 2.0

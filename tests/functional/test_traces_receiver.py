@@ -15,8 +15,8 @@ import pytest
 from aiohttp import web
 
 from lpxtop.engine.traces import ReceiverSettings, TraceJoin, TraceReceiver, otlp
-from tests.functional.simhelpers import wait_for
-from tests.traces_data import json_body, new_trace_id, protobuf_body, span, vllm_span
+from tests.support.traces_data import json_body, new_trace_id, protobuf_body, span, vllm_span
+from tests.support.waiting import wait_for
 
 PB = {"Content-Type": otlp.CONTENT_PROTOBUF}
 JS = {"Content-Type": otlp.CONTENT_JSON}
@@ -295,12 +295,12 @@ def test_json_answer_for_a_partial_success_uses_the_json_mapping():
 
 def test_one_unparseable_span_is_refused_in_partial_success_and_the_others_join(running):
     receiver, join, url, client = running
-    from tests.unit.test_traces_otlp import _field
+    from tests.support.traces_data import proto_field
 
     trace_id = new_trace_id()
     join.note_request(trace_id, endpoint="e", sent_wall_ns=time.time_ns(), client_ttft_ms=20.0)
-    scope = _field(2, vllm_span(trace_id).SerializeToString()) + _field(2, b"\x0a\x80\x80\x80")
-    r = client.post(url, content=_field(1, _field(2, scope)), headers=PB)
+    scope = proto_field(2, vllm_span(trace_id).SerializeToString()) + proto_field(2, b"\x0a\x80\x80\x80")
+    r = client.post(url, content=proto_field(1, proto_field(2, scope)), headers=PB)
     assert r.status_code == 200 and _response(r).partial_success.rejected_spans == 1
     assert receiver.stats().dropped == {"bad_span": 1}
     assert join.snapshot("e").probes_joined == 1

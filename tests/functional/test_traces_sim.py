@@ -16,7 +16,8 @@ from lpxtop.http import HttpClient
 from lpxtop.model.probe import Percentiles
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.simhelpers import endpoint, wait_for
+from tests.support.sim import endpoint
+from tests.support.waiting import wait_for
 
 AGREE_MS = 2.0
 
@@ -127,7 +128,7 @@ def test_sim_cli_without_opentelemetry_proto_says_what_to_install():
     import sys
 
     code = ("import sys; sys.modules['opentelemetry.proto.collector.trace.v1'] = None\n"
-            "from lpxtop.sim.cli import main\n"
+            "from lpxtop.cli.sim import main\n"
             "sys.exit(main(['--port', '0', '--otlp-traces-endpoint', 'http://127.0.0.1:9/v1/traces']))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2

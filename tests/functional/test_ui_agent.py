@@ -12,9 +12,9 @@ from lpxtop.ui.palette import Palette
 from lpxtop.ui.widgets.agent_panel import AgentPanel, breakdown_bar, fmt_pair_ms, render_agent
 from lpxtop.ui.widgets.endpoints_table import EndpointsTable, columns_for_width, error_pct
 from lpxtop.ui.widgets.waterfall import render_waterfall, rows_of, shown_step
-from tests.agent_snapshot_data import agent_snapshot, platform_snapshot
-from tests.functional.test_ui_support import make_app, screen_lines, text_of
-from tests.snapshot_data import NOW
+from tests.support.agent_snapshot_data import agent_snapshot, platform_snapshot
+from tests.support.snapshot_data import NOW
+from tests.support.ui import make_app, screen_lines, text_of
 
 PALETTE = Palette(ok=Style(), warning=Style(), critical=Style(), muted=Style(), accent=Style(),
                   chart=((1, 1, 1), (2, 2, 2), (3, 3, 3), (4, 4, 4), (5, 5, 5)))

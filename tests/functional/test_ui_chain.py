@@ -15,9 +15,9 @@ from lpxtop.ui.palette import Palette
 from lpxtop.ui.widgets.chain_panel import ChainPanel, render_chain
 from lpxtop.ui.widgets.endpoints_table import EndpointsTable
 from lpxtop.ui.widgets.load_steps import columns_for, render_steps
-from tests.functional.test_ui_support import bump, make_app, text_of
-from tests.load_snapshot_data import load_state
-from tests.snapshot_data import NOW, fixed_snapshot
+from tests.support.load_snapshot_data import load_state
+from tests.support.snapshot_data import NOW, fixed_snapshot
+from tests.support.ui import bump, make_app, text_of
 
 PALETTE = Palette(ok=Style(), warning=Style(), critical=Style(), muted=Style(), accent=Style(),
                   chart=((1, 1, 1), (2, 2, 2), (3, 3, 3), (4, 4, 4), (5, 5, 5)))

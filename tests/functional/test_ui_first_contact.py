@@ -22,9 +22,9 @@ from lpxtop.ui.screens.main import MainScreen
 from lpxtop.ui.widgets.charts import ChartSpec, Series, build_chart, nice_ticks, tick_text
 from lpxtop.ui.widgets.endpoints_table import EndpointsTable
 from lpxtop.ui.widgets.ports_panel import PortsPanel, rows_from
-from tests.conftest import FIXTURES
-from tests.functional.test_ui_support import make_app, screen_lines, text_of
-from tests.snapshot_data import empty_snapshot, fixed_snapshot
+from tests.support.paths import FIXTURES
+from tests.support.snapshot_data import empty_snapshot, fixed_snapshot
+from tests.support.ui import make_app, screen_lines, text_of
 
 SIZES = [(80, 24), (120, 40), (200, 60)]
 size_ids = [f"{w}x{h}" for w, h in SIZES]
@@ -61,7 +61,7 @@ async def test_ctrl_c_quits_a_replay():
 
 
 def _agent_snapshot():
-    from tests.agent_snapshot_data import agent_snapshot
+    from tests.support.agent_snapshot_data import agent_snapshot
 
     return agent_snapshot()
 
@@ -165,7 +165,7 @@ async def test_detail_summary_keeps_its_figures_whole(size):
 
 
 def test_command_shows_what_runs_not_the_interpreter():
-    from lpxtop.engine.system.procinfo import display_command
+    from lpxtop.engine.system.shown import display_command
 
     venv = "/home/ann/work/lpxtop/.venv"
     assert display_command(f"{venv}/bin/python3 {venv}/bin/lpxtop sim --port 18000") == "lpxtop sim --port 18000"

@@ -11,7 +11,7 @@ from lpxtop.model.energy import EndpointEnergy
 from lpxtop.model.gpu import GpuDevice, GpuSnapshot
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.widgets.gpu_panel import energy_by_device, render_gpu
-from tests.unit.test_energy import view
+from tests.support.energy_data import view
 
 PALETTE = Palette(ok=Style(), warning=Style(), critical=Style(), muted=Style(), accent=Style(), chart=((1, 2, 3),))
 GIB = 2**30

@@ -11,9 +11,9 @@ import pytest
 from lpxtop.report import render_table
 from lpxtop.ui.widgets.charts import ChartSpec, Level, Series
 from lpxtop.ui.widgets.spark_bars import spark_rows
-from tests.functional.test_ui_support import make_app
-from tests.hostile_values import HOSTILE_FLOATS, HUGE_INT, mixed, poisoned, text_fed
-from tests.snapshot_data import fixed_snapshot
+from tests.support.hostile_values import HOSTILE_FLOATS, HUGE_INT, mixed, poisoned, text_fed
+from tests.support.snapshot_data import fixed_snapshot
+from tests.support.ui import make_app
 
 SIZE = (140, 48)
 
@@ -61,7 +61,7 @@ async def test_the_detail_screen_counts_client_limited_probes():
     from dataclasses import replace
 
     from lpxtop.ui.screens.detail import render_summary
-    from tests.functional.test_ui_support import make_app
+    from tests.support.ui import make_app
 
     snapshot = fixed_snapshot()
     view = replace(snapshot.endpoints[0], probes_client_limited=3)

@@ -19,8 +19,8 @@ from lpxtop.ui.screens.help import DETAIL_KEY_HELP, KEY_HELP, HelpScreen
 from lpxtop.ui.screens.main import MainScreen
 from lpxtop.ui.widgets.endpoints_table import EndpointsTable
 from lpxtop.ui.widgets.row_table import RowTable
-from tests.functional.test_ui_support import SwitchableSource, bump, make_app, text_of
-from tests.snapshot_data import empty_snapshot, fixed_snapshot, with_leftover
+from tests.support.snapshot_data import empty_snapshot, fixed_snapshot, with_leftover
+from tests.support.ui import SwitchableSource, bump, make_app, text_of
 
 SIZE = (120, 40)
 

@@ -9,7 +9,7 @@ from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from lpxtop.ui.app import create_app
 from lpxtop.ui.widgets.endpoints_table import EndpointsTable
-from tests.functional.simhelpers import endpoint
+from tests.support.sim import endpoint
 
 
 async def test_dashboard_shows_a_measured_ttft_from_the_simulated_server():

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from rich.console import Console
 
-from lpxtop.load.cli import build_load_engine
+from lpxtop.cli.load import build_load_engine
 from lpxtop.load.controller import LoadController
 from lpxtop.load.report import report_json, steps_csv
 from lpxtop.load.server_window import ServerWatch
@@ -22,9 +22,9 @@ from lpxtop.ui.formatting import fmt_duration, fmt_ms, fmt_rate
 from lpxtop.ui.palette import palette_from_variables
 from lpxtop.ui.screens.load import LoadScreen
 from lpxtop.ui.widgets.load_steps import LoadStepPanel, load_title, render_steps
-from tests.functional.loadhelpers import plan_for
-from tests.functional.test_ui_support import SwitchableSource, screen_lines, text_of
-from tests.load_snapshot_data import load_snapshot
+from tests.support.load_runs import plan_for
+from tests.support.load_snapshot_data import load_snapshot
+from tests.support.ui import SwitchableSource, screen_lines, text_of
 
 pytestmark = pytest.mark.timeout(60)
 

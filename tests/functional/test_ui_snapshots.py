@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.functional.test_ui_support import make_app
-from tests.snapshot_data import empty_snapshot
+from tests.support.snapshot_data import empty_snapshot
+from tests.support.ui import make_app
 
 SIZES = [(80, 24), (160, 48)]
 THEMES = ["lpxtop-dark", "lpxtop-light"]

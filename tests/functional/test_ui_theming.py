@@ -18,9 +18,9 @@ from lpxtop.ui.theming import (
     load_theme,
     user_themes_dir,
 )
-from tests.functional.test_ui_support import make_app, text_of
+from tests.support.paths import REPO
+from tests.support.ui import make_app, text_of
 
-REPO = Path(__file__).resolve().parents[2]
 TCSS = REPO / "lpxtop" / "ui" / "lpxtop.tcss"
 
 

@@ -22,7 +22,6 @@ import os
 import sys
 import threading
 import time
-from pathlib import Path
 
 GIB = 2**30
 HARD_CAP_PCT = 97.0  # never fill the card beyond this, whatever the arguments say
@@ -78,7 +77,6 @@ def main() -> int:
 
     sim = None
     if args.sim_port:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
         from lpxtop.sim.config import SimConfig
         from lpxtop.sim.thread import start_sim_in_thread
 

@@ -29,7 +29,7 @@ from lpxtop.engine.alerts import AlertRules
 from lpxtop.engine.gpu.collector import GpuCollector
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.snapshot import Snapshot
-from tests.functional.simhelpers import free_port
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(240)]
 
@@ -265,11 +265,11 @@ async def test_dashboard_shows_the_real_gpu_and_who_holds_it(collector: GpuColle
     was made on a real GPU)."""
     import os
 
-    from lpxtop.assemble import build_engine
+    from lpxtop.cli.assemble import build_engine
     from lpxtop.model.endpoint import EndpointConfig
     from lpxtop.ui.app import create_app
     from lpxtop.ui.widgets.gpu_panel import GpuPanel
-    from tests.functional.test_ui_support import text_of
+    from tests.support.ui import text_of
 
     name = collector.collect().devices[0].name
     port = free_port()

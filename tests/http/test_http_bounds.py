@@ -1,4 +1,4 @@
-"""Whole-request bounds (issue 18 item 2): a server that answers and then trickles cannot hold a request
+"""Whole-request bounds: a server that answers and then trickles cannot hold a request
 past its limit. Every case is a real loopback server that sends a byte at a time."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from lpxtop.engine.probe import fetch_models, run_probe
 from lpxtop.http import HttpClient, ReadTimeout, Timeout
-from tests.functional.http_servers import raw_server, read_request, trickle
-from tests.functional.simhelpers import endpoint
+from tests.support.http_servers import raw_server, read_request, trickle
+from tests.support.sim import endpoint
 
 pytestmark = pytest.mark.timeout(30)
 

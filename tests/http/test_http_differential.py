@@ -1,7 +1,7 @@
 """lpxtop's HTTP/1.1 response framing held to h11's (rule 7: a hand-written parser answers to a reference).
 
 The same response bytes, cut into reads at every point and in random chunkings (hypothesis), go to
-lpxtop's client (a real connection; each piece is one socket read, see `http_reference.py`) and to h11:
+lpxtop's client (a real connection; each piece is one socket read, see tests/support/http_reference.py) and to h11:
 the status, the headers, the body, which read handed over which body bytes, and whether the body was
 complete must be the same; a malformed response is an error in both, never an uncaught exception or a
 hang. The long runs (thousands of cases) are marked slow; the main suite runs a short version.
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.http.http_reference import Outcome, ours, reference, split
+from tests.support.http_reference import Outcome, ours, reference, split
 
 pytestmark = pytest.mark.timeout(300)
 

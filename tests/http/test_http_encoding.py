@@ -1,4 +1,4 @@
-"""Content-Encoding (issue 18 item 5): a reverse proxy may gzip /metrics, or even a stream, although
+"""Content-Encoding: a reverse proxy may gzip /metrics, or even a stream, although
 lpxtop asked for identity. Decoded incrementally, bounded, each read keeping its own stamp."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from lpxtop.engine.scrape.servers import ServerScraper
 from lpxtop.http import BodyTooLarge, DecodingError, HttpClient
 from lpxtop.http.decoding import DECODE_STEP_BYTES, ContentDecoder
 from lpxtop.model.endpoint import EndpointConfig
-from tests.functional.http_servers import answer_each, raw_server, read_request, sse_response
-from tests.functional.simhelpers import endpoint
+from tests.support.http_servers import answer_each, raw_server, read_request, sse_response
+from tests.support.sim import endpoint
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""lpxtop's own delays (issue 19 item 6): parsing one response must not delay another endpoint's timestamps,
+"""lpxtop's own delays: parsing one response must not delay another endpoint's timestamps,
 and waiting for lpxtop's own connection pool must not count as the server's time.
 
 The fidelity test runs the simulated server and a hostile /metrics server (a large body in 1-byte chunks,
@@ -19,7 +19,6 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -30,12 +29,12 @@ from lpxtop.http.framing import LINES_PER_STEP
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.records import token_times_ns
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.http_servers import raw_server, read_request
-from tests.functional.simhelpers import endpoint, fidelity_errors, p
+from tests.support.http_servers import raw_server, read_request
+from tests.support.paths import REPO
+from tests.support.sim import endpoint, fidelity_errors, p
 
 pytestmark = pytest.mark.timeout(120)
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def tiny_chunks(body_bytes: int) -> bytes:
@@ -150,7 +149,7 @@ async def test_waiting_for_lpxtops_own_pool_is_not_the_servers_time():
             assert sample.pool_wait_ms == pytest.approx(client.pool_wait_ns / 1e6, abs=1.0)  # kept with the probe
 
 
-# --- the fidelity test of issue 19 item 6 ----------------------------------------------------------------
+# --- the fidelity test: a neighbour's body must not delay a probe's stamps ----------------------------------------------------------------
 
 TRICKLER = r"""
 import socket, sys
@@ -276,10 +275,10 @@ async def check_neighbour_does_not_delay_stamps(probes: int, rounds: int) -> Non
             (("ttft base", base_ttft), ("ttft busy", busy_ttft), ("itl base", base_itl), ("itl busy", busy_itl))}
     shown = ", ".join(f"{k} |error| p50 {p(v, 0.5):.2f} p90 {p(v, 0.9):.2f} ms" for k, v in runs.items())
     shown += f"; bodies of tiny chunks scraped meanwhile: {scraped}"
-    # Bounds (a decoding step is ~0.15 ms of CPU, lpxtop/http/response.py): the median may move by the
-    # issue's ~1 ms at most. The tail gets more room: on a loaded 2-core machine the OS preempts a
+    # Bounds (a decoding step is ~0.15 ms of CPU, lpxtop/http/response.py): the median may move by
+    # ~1 ms at most. The tail gets more room: on a loaded 2-core machine the OS preempts a
     # process that is busy decoding, and a token that arrives meanwhile waits for a CPU, which no loop
-    # structure prevents (issue 19's client_limited flag is for that). Measured at load average 14:
+    # structure prevents (the probe's client_limited flag is for that). Measured at load average 14:
     # medians +0.1-0.3 ms, p90 +0.6-4.1 ms; the client before this change: TTFT +105 ms p50, +221 ms p90.
     for what in ("ttft", "itl"):
         assert p(runs[f"{what} busy"], 0.5) - p(runs[f"{what} base"], 0.5) < MEDIAN_BOUND_MS, shown

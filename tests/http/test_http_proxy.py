@@ -1,4 +1,4 @@
-"""Proxies (issue 18 item 5): HTTP_PROXY / HTTPS_PROXY / ALL_PROXY / NO_PROXY, as urllib reads them.
+"""Proxies: HTTP_PROXY / HTTPS_PROXY / ALL_PROXY / NO_PROXY, as urllib reads them.
 
 A forward proxy written in the test runs on 127.0.0.1 and is the only thing that resolves the target
 name `inference.internal` (to 127.0.0.1), so every byte stays on loopback and a request that did not go
@@ -20,7 +20,7 @@ from lpxtop.http import HttpClient, ProxyError, UnsupportedProtocol, is_loopback
 from lpxtop.http.proxies import ProxySettings
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.http_servers import (
+from tests.support.http_servers import (
     ForwardProxy,
     answer_each,
     answer_once,
@@ -28,7 +28,8 @@ from tests.functional.http_servers import (
     raw_server,
     server_tls,
 )
-from tests.functional.simhelpers import endpoint, free_port
+from tests.support.ports import free_port
+from tests.support.sim import endpoint
 
 pytestmark = pytest.mark.timeout(30)
 

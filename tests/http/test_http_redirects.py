@@ -1,4 +1,4 @@
-"""Redirects (issue 18 item 5): followed as curl and requests follow them, within the request's limits."""
+"""Redirects: followed as curl and requests follow them, within the request's limits."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from lpxtop.engine.probe import run_probe, shown_url
 from lpxtop.http import HttpClient, ReadTimeout, RedirectError
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.http_servers import raw_server, read_request
-from tests.functional.simhelpers import endpoint
+from tests.support.http_servers import raw_server, read_request
+from tests.support.sim import endpoint
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -1,4 +1,4 @@
-"""A kept-alive connection the server closed just as a request went out (issue 18 item 4): the race every
+"""A kept-alive connection the server closed just as a request went out: the race every
 connection pool has. Sent once more on a new connection, POST included, and kept out of the timings."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 from lpxtop.engine.probe import run_probe
 from lpxtop.http import HttpClient, ReadTimeout, RemoteProtocolError, Timeout
-from tests.functional.http_servers import raw_server, read_request, sse_response
-from tests.functional.simhelpers import endpoint
+from tests.support.http_servers import raw_server, read_request, sse_response
+from tests.support.sim import endpoint
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -1,4 +1,4 @@
-"""Statuses (issue 18 item 4): interim 1xx answers are skipped, 204/304 and HEAD have no body, and a
+"""Statuses: interim 1xx answers are skipped, 204/304 and HEAD have no body, and a
 final status the probe cannot use keeps its number and gets the class that says what it is."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from lpxtop.engine.probe import run_probe
 from lpxtop.engine.probe.errors import classify_exception, http_error_kind
 from lpxtop.http import HttpClient, RemoteProtocolError
 from lpxtop.model.probe import ERROR_KINDS
-from tests.functional.http_servers import answer_each, raw_server
-from tests.functional.simhelpers import endpoint
+from tests.support.http_servers import answer_each, raw_server
+from tests.support.sim import endpoint
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -72,7 +72,7 @@ async def test_no_body_answers_leave_the_connection_ready_for_the_next(method, a
     accepted: list[int] = []
 
     async def alternate(reader, writer):
-        from tests.functional.http_servers import read_request
+        from tests.support.http_servers import read_request
 
         while True:
             line, _, _ = await read_request(reader)

@@ -42,8 +42,9 @@ from lpxtop.http import (
 )
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
-from tests.functional.http_servers import Handler, answer_each, raw_server, read_request
-from tests.functional.simhelpers import endpoint, free_port
+from tests.support.http_servers import Handler, answer_each, raw_server, read_request
+from tests.support.ports import free_port
+from tests.support.sim import endpoint
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -827,9 +828,9 @@ async def test_a_probe_against_garbage_is_a_stream_cut():
 
 
 def test_the_engine_imports_no_httpx_stack():
-    """`import lpxtop.cli` and the running engine's modules load none of httpx's stack (fresh interpreter)."""
+    """`import lpxtop.cli.entry` and the running engine's modules load none of httpx's stack (fresh interpreter)."""
     code = (
-        "import sys, lpxtop.cli, lpxtop.assemble, lpxtop.engine.runner, lpxtop.engine.scrape.servers, lpxtop.engine.system.discovery;"
+        "import sys, lpxtop.cli.entry, lpxtop.cli.assemble, lpxtop.engine.runner, lpxtop.engine.scrape.servers, lpxtop.engine.system.discovery;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('httpx', 'httpcore', 'h11', 'anyio', 'certifi')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

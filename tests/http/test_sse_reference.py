@@ -25,8 +25,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lpxtop.http import SseParser
-from tests.conftest import FIXTURES
-from tests.unit.streams import reads_of, sim_stream
+from tests.support.paths import FIXTURES
+from tests.support.streams import reads_of, sim_stream
 
 CAPTURES = [
     (FIXTURES / "sse" / "vllm-0.32.0-chat-stream-include-usage.txt").read_bytes(),

@@ -10,30 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from realserver_harness import (
-    CACHE,
+
+from tests.support.realservers import (
     LLAMA_CTX,
     LLAMA_SLOTS,
-    SCRIPTS,
     VLLM_MAX_NUM_SEQS,
     VLLM_MODEL,
     ServerProcess,
-    missing_parts,
+    require_built,
     running,
     start_server,
-    unavailable,
     warm_up,
 )
-
-
-def require_built(server: str) -> None:
-    """Skip (or fail) when `server` ("vllm" or "llama") is not complete in the cache."""
-    gaps = missing_parts(server)
-    if gaps:
-        unavailable(
-            f"{server} not built in {CACHE} (missing: {'; '.join(gaps)}); "
-            f"build it with: bash {SCRIPTS / 'setup.sh'}"
-        )
 
 
 @pytest.fixture(scope="session")

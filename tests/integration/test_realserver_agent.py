@@ -25,7 +25,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from realserver_harness import (
+
+from lpxtop.engine.agent.step import run_agent_step
+from lpxtop.engine.agent.tools import ToolSet
+from lpxtop.http import HttpClient
+from lpxtop.model.agent import AgentStep
+from lpxtop.model.endpoint import EndpointConfig
+from tests.support.realservers import (
     CACHE,
     SCRIPTS,
     ServerProcess,
@@ -34,12 +40,6 @@ from realserver_harness import (
     start_server,
     unavailable,
 )
-
-from lpxtop.engine.agent.step import run_agent_step
-from lpxtop.engine.agent.tools import ToolSet
-from lpxtop.http import HttpClient
-from lpxtop.model.agent import AgentStep
-from lpxtop.model.endpoint import EndpointConfig
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(900)]
 

@@ -35,10 +35,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from realserver_harness import CACHE, SCRIPTS, VLLM_MODEL
+
+from tests.support.paths import REPO
+from tests.support.realservers import CACHE, SCRIPTS, VLLM_MODEL
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(900)]
-REPO = Path(__file__).resolve().parents[2]
 INPUT_TOKENS, OUTPUT_TOKENS = 32, 64
 PROMPTS = 24
 TTFT_REL, TTFT_ABS_MS = 0.15, 5.0

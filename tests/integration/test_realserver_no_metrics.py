@@ -6,9 +6,9 @@ import inspect
 
 import httpx
 import pytest
-from realserver_harness import LLAMA_MODEL, import_lpxtop, raw_scrape
 
 from lpxtop.model.endpoint import EndpointConfig
+from tests.support.realservers import LLAMA_MODEL, import_lpxtop, raw_scrape
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(300)]
 

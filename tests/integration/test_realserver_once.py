@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from realserver_harness import free_port, import_lpxtop
+
+from tests.support.ports import free_port
+from tests.support.realservers import import_lpxtop
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(600)]
 
@@ -25,7 +27,7 @@ TOP_KEYS = {"schema", "lpxtop", "host", "time", "endpoints", "gpus", "gpu_status
 
 def run_once(tmp_path: Path, *args: str) -> tuple[int, dict, str]:
     """Run `python -m lpxtop once --json ARGS` with no user config; (exit code, parsed stdout, stderr)."""
-    import_lpxtop("lpxtop.cli", "main")
+    import_lpxtop("lpxtop.cli.entry", "main")
     # LPXTOP_LOG=INFO: stderr then says what each failed scrape answered, for the messages below
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"), "NO_COLOR": "1", "LPXTOP_LOG": "INFO"}
     done = subprocess.run(

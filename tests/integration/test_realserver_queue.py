@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from realserver_harness import (
+
+from lpxtop.model.endpoint import EndpointConfig
+from tests.support.realservers import (
     LLAMA_MODEL,
     LLAMA_SLOTS,
     STARVED_MS,
@@ -29,8 +31,6 @@ from realserver_harness import (
     stream_load,
     wait_idle,
 )
-
-from lpxtop.model.endpoint import EndpointConfig
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(600)]
 

@@ -21,7 +21,7 @@ client". Measured here: closed-loop clients with a fixed output length start tog
 requests sent within ~10 ms of each other, round after round), so every benchmark request prefills beside
 its siblings' prefills (C+1 = 3: TTFT p50 58, 56 and 75 ms by position in the round), while the probe
 arrives at a random moment and prefills beside decodes. lpxtop samples the time average, as it must
-(issue 19 item 2); the benchmark's TTFT is its own clients' rhythm. lpxtop's TTFT p50 was 6-14 ms below
+(docs/measurement.md, "when probes leave"); the benchmark's TTFT is its own clients' rhythm. lpxtop's TTFT p50 was 6-14 ms below
 the C+1 run's at C = 1 and 25-31 ms below at C = 2; the benchmark's own clients beside it, phase-locked
 with each other at C = 2, were 11-15 ms above lpxtop's probe.
 
@@ -45,19 +45,28 @@ TPOT p50 +-0.4 ms. Against the run alone at C+1: ITL p50 -0.5..+0.8 ms, TPOT p50
 minus the server's: +2.6..+4.9 ms (and -2.7..+7.1 in a run at C = 1, 2, 4 and 8 with 40 probes, where the
 window's edges cut the benchmark's requests less cleanly).
 
-Each tolerance is a few times the largest difference seen, and at least the sample's own spread.
+Each tolerance is a few times the largest difference seen, and at least the sample's own spread: √2
+times the 5th-95th percentile width of a probe-sized sample of the benchmark's requests (the run alone),
+about 3.3 standard deviations of the difference between two such samples. On the quiet box that width is
+a few ms and the fixed tolerances rule; on a slow or busy machine (CI, 2026-12-02: ITL 37 ms instead of 9,
+TTFT ~1 s, a 30-request TPOT p50 moving 36.5-45.8 ms) the samples' own spread does, instead of failing on
+noise.
+
+At C = 2 the probe's TTFT p50 is held below the run alone at C+1 (three phase-locked clients prefilling
+together), not below the two benchmark clients beside it: on the quiet box it was below both, but on the
+slow CI machine the two clients beside it, prefilling as a pair, read 1093 ms where the probe, whose
+prefill met their decodes, read 1697 ms and the run alone at 3 read 2000 ms.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from realserver_harness import (
+
+from tests.support.realservers import (
     VLLM_MODEL,
     ServerProcess,
     missing_parts,
@@ -68,7 +77,6 @@ from realserver_harness import (
 )
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(1200)]
-REPO = Path(__file__).resolve().parents[2]
 LEVELS = (1, 2)
 PROBES, ROUNDS = 30, 15
 SLOTS = 4
@@ -113,8 +121,6 @@ def vllm_4_slots() -> Iterator[ServerProcess]:
 
 def load_reference():
     """benchmarks/reference.py, the script whose short run this is."""
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
     from benchmarks import reference
 
     return reference
@@ -133,6 +139,12 @@ def test_lpxtop_agrees_with_vllm_bench_serve(vllm_4_slots, tmp_path) -> None:
         check(row)
 
 
+def noise(row: dict, key: str) -> float:
+    """√2 times the 5th-95th percentile width of a probe-sized sample's `key` (see the module's docstring)."""
+    lo_hi = (row.get("spread_at_probe_sample") or {}).get(key)
+    return math.sqrt(2.0) * (lo_hi[1] - lo_hi[0]) if lo_hi else 0.0
+
+
 def check(row: dict) -> None:
     c, ours, beside, alone = row["concurrency"], row["lpxtop"], row["bench_beside"], row["bench_alone"]
     where = f"concurrency {c}: {row}"
@@ -148,15 +160,19 @@ def check(row: dict) -> None:
     outside = direct["clients"]["mean_ms"] - ours["server_ttft_mean_ms"]
     assert OUTSIDE_MS[0] <= outside <= OUTSIDE_MS[1], (outside, where)
     for key, tol in TOLERANCES.items():
-        assert abs(ours[key] - beside[key]) <= tol(beside[key]), (key, ours[key], beside[key], where)
+        allowed = max(tol(beside[key]), noise(row, key))
+        assert abs(ours[key] - beside[key]) <= allowed, (key, ours[key], beside[key], where)
     for key in ("itl_p50", "tpot_p50"):
-        assert abs(ours[key] - alone[key]) <= ALONE_REL * alone[key], (key, ours[key], alone[key], where)
+        allowed = max(ALONE_REL * alone[key], noise(row, key))
+        assert abs(ours[key] - alone[key]) <= allowed, (key, ours[key], alone[key], where)
     if c == 1:
-        assert abs(ours["ttft_p50"] - beside["ttft_p50"]) <= ttft_p50_tol(beside["ttft_p50"]), where
+        allowed = max(ttft_p50_tol(beside["ttft_p50"]), noise(row, "ttft_p50"))
+        assert abs(ours["ttft_p50"] - beside["ttft_p50"]) <= allowed, where
         v = beside["ttft_p95"]
         assert ours["ttft_p95"] >= v - ttft_p95_below(v), where
         stalled = (ours["server_ttft_max_at_most_ms"] or 0.0) + STALL_SLACK_MS
         assert ours["ttft_p95"] <= max(v + ttft_p95_above(v), stalled), where
     else:
-        # the benchmark's phase-locked clients prefill beside each other; the probe does not
-        assert ours["ttft_p50"] <= beside["ttft_p50"] + ttft_p50_tol(beside["ttft_p50"]), where
+        # C+1 phase-locked clients prefill beside each other; the probe, one more client, meets no worse
+        allowed = max(ttft_p50_tol(alone["ttft_p50"]), noise(row, "ttft_p50"))
+        assert ours["ttft_p50"] <= alone["ttft_p50"] + allowed, where

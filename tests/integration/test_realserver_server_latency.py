@@ -1,4 +1,4 @@
-"""Issue 19 items 3 and 4 on a real vLLM: the server's own figures as lpxtop reads them, idle.
+"""The server-side figures on a real vLLM: the server's own figures as lpxtop reads them, idle.
 
 - lpxtop's server-side TTFT mean is the histogram's Δsum/Δcount, as read directly with prometheus_client;
 - the queue-time p50 of an idle vLLM (its requests wait microseconds, in the 0–300 ms bucket) reads under
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from realserver_harness import VLLM_MODEL, import_lpxtop, raw_scrape, wait_idle
 
 from lpxtop.model.endpoint import EndpointConfig
+from tests.support.realservers import VLLM_MODEL, import_lpxtop, raw_scrape, wait_idle
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(600)]
 

@@ -15,9 +15,9 @@ import statistics
 
 import httpx
 import pytest
-from realserver_harness import LLAMA_MODEL, VLLM_MODEL, import_lpxtop
 
 from lpxtop.model.endpoint import EndpointConfig
+from tests.support.realservers import LLAMA_MODEL, VLLM_MODEL, import_lpxtop
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(600)]
 

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import require_built
-from realserver_harness import (
+
+from tests.support.realservers import (
     CACHE,
     SCRIPTS,
     VLLM_MAX_NUM_SEQS,
@@ -31,6 +31,7 @@ from realserver_harness import (
     ServerProcess,
     free_port,
     import_lpxtop,
+    require_built,
     running,
     start_server,
     warm_up,
@@ -136,7 +137,7 @@ def start_vllm_bench(origin: str, out_dir: Path, concurrency: int, prompts: int)
 
 
 def test_under_vllm_bench_load_probes_show_a_queue_and_the_gap_is_a_number(vllm_traced, feed, tmp_path):
-    from lpxtop.assemble import build_engine
+    from lpxtop.cli.assemble import build_engine
     from lpxtop.engine.traces.attach import finish_once
     from lpxtop.model.endpoint import EndpointConfig
 

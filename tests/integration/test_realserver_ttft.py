@@ -16,7 +16,9 @@ from types import ModuleType
 
 import httpx
 import pytest
-from realserver_harness import (
+
+from lpxtop.model.endpoint import EndpointConfig
+from tests.support.realservers import (
     STARVED_MS,
     VLLM_MODEL,
     LoopLag,
@@ -25,8 +27,6 @@ from realserver_harness import (
     raw_scrape,
     wait_idle,
 )
-
-from lpxtop.model.endpoint import EndpointConfig
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(600)]
 

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from lpxtop.config import ConfigError, load_config_file, parse_duration_s, parse_probes, settle_agent_settings
+from lpxtop.checks import ConfigError
+from lpxtop.config import load_config_file, parse_duration_s, parse_probes, settle_agent_settings
 from lpxtop.engine.agent.tools import DEFAULT_TOOLS, ToolSet, load_tool_set, tool_set_from_json
 from lpxtop.model.endpoint import EndpointConfig
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from lpxtop.engine.alerts import AlertRules, AlertThresholds
 from lpxtop.model import GpuDevice, GpuProcess, GpuSnapshot, PortStatus, Sample
-from tests.unit.test_alerts import T0, endpoint, kinds, snap
+from tests.support.alerts_data import T0, endpoint, kinds, snap
 
 
 def sample(t: float, tpot: float, tokens: int = 11) -> Sample:

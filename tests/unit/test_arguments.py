@@ -1,4 +1,4 @@
-"""Every parser takes whole option names only, and refuses a key on the command line (lpxtop/arguments.py)."""
+"""Every parser takes whole option names only, and refuses a key on the command line (lpxtop/cli/arguments.py)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 import lpxtop
-from lpxtop.arguments import ArgumentParser, key_option
-from lpxtop.cli import SUBCOMMANDS, build_parser, main
+from lpxtop.cli.arguments import ArgumentParser, key_option
+from lpxtop.cli.entry import SUBCOMMANDS, build_parser, main
 
 COMMANDS = (None, *SUBCOMMANDS)
 SECRET = "s3cret-do-not-echo-4242"
 
 
 def _parsers():
-    from lpxtop.sim.cli import add_sim_arguments
+    from lpxtop.cli.sim import add_sim_arguments
 
     for command in COMMANDS:
         yield command or "lpxtop", build_parser(command)

@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from lpxtop.cli import EPILOG, SUBCOMMAND_SUMMARIES, SUBCOMMANDS, build_parser, main
+from lpxtop.cli.entry import EPILOG, SUBCOMMAND_SUMMARIES, SUBCOMMANDS, build_parser, main
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lpxtop.config import ConfigError, endpoints_from_urls, load_config_file, normalize_url
+from lpxtop.checks import ConfigError
+from lpxtop.config import endpoints_from_urls, load_config_file, normalize_url
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from lpxtop.cli import SUBCOMMANDS, build_parser
+from lpxtop.cli.entry import SUBCOMMANDS, build_parser
 from lpxtop.config import load_config_file
 from lpxtop.durations import DurationError, format_duration, parse_duration
 from lpxtop.engine.alerts import AlertThresholds

@@ -11,7 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lpxtop.config import ConfigError, load_config_file
+from lpxtop.checks import ConfigError
+from lpxtop.config import load_config_file
 from lpxtop.engine.agent.window import summarize
 from lpxtop.export.collector import LpxtopCollector
 from lpxtop.export.settings import (

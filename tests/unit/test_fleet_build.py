@@ -8,9 +8,10 @@ import json
 import pytest
 
 from lpxtop.fleet.build import Reading, endpoint_views, gpus
-from lpxtop.fleet.client import Answer, PromClient, PromError, Series, normalize_base
+from lpxtop.fleet.client import PromClient, PromError, normalize_base
 from lpxtop.fleet.promql import FleetQueries, SelectorError, check_duration, parse_matchers
 from lpxtop.fleet.source import FleetSettings, build_snapshot
+from tests.support.fleet_readings import lpxtop_reading, reading, s
 
 
 def test_selectors_and_durations():
@@ -30,50 +31,6 @@ def test_selectors_and_durations():
     assert "[2m]" in q.quantile("ttft", 0.5)
     assert normalize_base("prom:9090/") == "http://prom:9090"
     assert normalize_base("https://x/prometheus/") == "https://x/prometheus"
-
-
-def s(value: float, **labels: str) -> Series:
-    return Series(labels, [(1.0, value)])
-
-
-def reading(**answers: list[Series]) -> Reading:
-    return Reading(taken_at=1000.0, answers={k: Answer(v) for k, v in answers.items()})
-
-
-def row(host: str, endpoint: str, **extra: str) -> dict[str, str]:
-    return {"host": host, "endpoint": endpoint, **extra}
-
-
-def lpxtop_reading() -> Reading:
-    a, b = row("hostA", "e1"), row("hostB", "e1")
-    quantiles = {f"ttft_{q}": [s(v, **a), s(v * 4, **b)] for q, v in
-                 (("p50", 0.03), ("p95", 0.045), ("p99", 0.049), ("max", 0.05))}
-    return reading(
-        # hostA's endpoint shows twice: once from before its labels were known (the window keeps both)
-        rows=[s(1, **a, model="", server_kind="unknown", instance="10.0.0.1:9464"),
-              s(1, **a, model="m1", server_kind="vllm", instance="10.0.0.1:9464"),
-              s(1, **b, model="m2", server_kind="sglang", instance="10.0.0.2:9464")],
-        up_now=[s(1, **a)],  # hostB's exporter stopped answering
-        status=[s(1, **a, status="degraded")],
-        urls=[s(1, **a, url="http://127.0.0.1:8000/v1"), s(1, **b, url="http://127.0.0.1:30000/v1")],
-        exporters_up=[s(1, instance="10.0.0.1:9464", job="lpxtop"), s(0, instance="10.0.0.2:9464", job="lpxtop")],
-        probes=[s(100, **a)], errors=[s(3, **a, kind="http_5xx"), s(1, **a, kind="refused")],
-        ttft_mean=[s(0.031, **a)], ttft_count=[s(96, **a)],
-        tpot_p50=[s(0.01, **a)], tpot_p05=[s(0.008, **a)], tpot_p01=[s(0.005, **a)], tpot_min=[s(0.004, **a)],
-        tpot_mean=[s(0.0105, **a)], tpot_count=[s(96, **a)],
-        requests_waiting=[s(4, **a)], kv_cache_usage=[s(0.5, **a)], server_metrics_up=[s(1, **a)],
-        server_ttft_p50_s=[s(0.02, **a)],
-        gpu_per_endpoint=[s(2**30, **a)],
-        # servers Prometheus scrapes directly: one lpxtop already probes (hostA's 127.0.0.1:8000 seen from
-        # its exporter's address), one it does not
-        server_waiting=[s(7, __name__="vllm:num_requests_waiting", instance="10.0.0.1:8000", model_name="m1"),
-                        s(2, __name__="sglang:num_queue_reqs", instance="10.0.0.3:30000", model_name="big"),
-                        s(1, __name__="sglang:num_queue_reqs", instance="10.0.0.3:30000", model_name="big", tp_rank="1")],
-        server_kv_usage=[s(0.7, __name__="sglang:token_usage", instance="10.0.0.3:30000", model_name="big")],
-        server_up=[s(1, instance="10.0.0.3:30000", job="sglang")],
-        **{"server_ttft_p50:sglang": [s(0.25, instance="10.0.0.3:30000")]},
-        **quantiles,
-    )
 
 
 def test_rows_per_host_and_endpoint_with_their_figures():

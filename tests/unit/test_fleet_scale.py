@@ -7,7 +7,7 @@ import time
 
 from lpxtop.fleet import client
 from lpxtop.fleet.source import FleetSettings, build_snapshot
-from tests.fleet_readings import synthetic_reading
+from tests.support.fleet_readings import synthetic_reading
 
 SETTINGS = FleetSettings(prometheus_url="http://127.0.0.1:9090")
 

@@ -16,8 +16,8 @@ from lpxtop.engine.gpu.accel.collector import AcceleratorCollector
 from lpxtop.engine.gpu.accel.drm_fdinfo import parse_fdinfo
 from lpxtop.engine.gpu.collector import GpuCollector
 from lpxtop.engine.gpu.nvml import Nvml
-from tests.unit.amd_fakes import GIB, card, drm_client, install_pyrsmi, mi300x
-from tests.unit.test_gpu_nvml import Clock, FakeDriver, FakeGpu
+from tests.support.amd_fakes import GIB, card, drm_client, install_pyrsmi, mi300x
+from tests.support.nvml import Clock, FakeDriver, FakeGpu
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 
 from lpxtop.engine.gpu.accel.throttle import nvml_throttle
 from lpxtop.model.gpu import GpuDevice
-from tests.unit.test_gpu_nvml import GIB, Clock, FakeDriver, FakeGpu, collector
+from tests.support.nvml import GIB, Clock, FakeDriver, FakeGpu, collector
 
 
 @pytest.fixture

@@ -104,7 +104,7 @@ def test_endpoint_server_processes_with_children(child):
 
 
 def test_children_from_a_process_scan_count_the_same_as_psutils_own(child):
-    from lpxtop.engine.system.procinfo import ProcessScanner, children_map
+    from lpxtop.engine.system.processes import ProcessScanner, children_map
 
     me = os.getpid()
     kids = children_map(ProcessScanner().scan())

@@ -25,25 +25,28 @@ HEADLESS_MODULES = [
     "lpxtop.http",
     "lpxtop.model",
     "lpxtop.model.server_gap",
-    "lpxtop.assemble",
+    "lpxtop.cli.assemble",
     "lpxtop.report",
-    "lpxtop.cli",
+    "lpxtop.cli.entry",
+    "lpxtop.cli.once",
+    "lpxtop.cli.dashboard",  # the UI only inside the function that opens it
+    "lpxtop.cli.record",
     "lpxtop.sim.server",
     "lpxtop.export.exporter",
-    "lpxtop.export.cli",
+    "lpxtop.cli.exporter",
     "lpxtop.fleet.source",
-    "lpxtop.fleet.cli",
+    "lpxtop.cli.fleet",
     "lpxtop.record.recorder",
     "lpxtop.record.replay",  # also reading, store, codec
     "lpxtop.record.export",
     "lpxtop.engine.agent.prober",  # the agent-step probe: imports every module of lpxtop/engine/agent
     "lpxtop.model.load",
-    "lpxtop.load.cli",
+    "lpxtop.cli.load",
     "lpxtop.load.controller",
     "lpxtop.load.source",
     "lpxtop.load.report",
     "lpxtop.load.recording",
-    "lpxtop.otel.cli",
+    "lpxtop.cli.otlp",
     "lpxtop.otel.pipeline",  # also spans, measures, aggregate, semconv, settings
     "lpxtop.engine.traces",  # also receiver, join, forward, settings
     "lpxtop.engine.traces.settings",
@@ -62,54 +65,34 @@ def test_module_does_not_import_textual_or_rich(module):
     assert result.returncode == 0, f"{module} pulled in: {result.stdout.strip()} {result.stderr[-500:]}"
 
 
-@pytest.mark.parametrize(
-    "package", ["lpxtop.engine", "lpxtop.http", "lpxtop.export", "lpxtop.fleet", "lpxtop.record", "lpxtop.otel"]
-)
-def test_whole_headless_package_has_no_textual_import_statement(package):
+# The feature packages are headless: only lpxtop/cli (inside the functions that open the dashboard) and
+# lpxtop/ui itself import Textual, Rich or lpxtop.ui.
+HEADLESS_PACKAGES = ["lpxtop.engine", "lpxtop.http", "lpxtop.model", "lpxtop.export", "lpxtop.fleet", "lpxtop.record",
+                     "lpxtop.otel", "lpxtop.load", "lpxtop.sim"]
+UI_IMPORTS = ("import textual", "from textual", "import rich", "from rich", "import lpxtop.ui", "from lpxtop.ui")
+
+
+@pytest.mark.parametrize("package", HEADLESS_PACKAGES)
+def test_whole_headless_package_has_no_textual_or_ui_import_statement(package):
     import importlib
-    from pathlib import Path
 
     root = Path(importlib.import_module(package).__file__).parent
     offenders = [
         str(p) for p in root.rglob("*.py")
-        if any(line.lstrip().startswith(("import textual", "from textual", "import rich", "from rich"))
-               for line in p.read_text().splitlines())
+        if any(line.lstrip().startswith(UI_IMPORTS) for line in p.read_text().splitlines())
     ]
     assert offenders == []
 
 
-def test_load_package_has_no_textual_import_statement():
-    from pathlib import Path
-
-    import lpxtop.load
-
-    root = Path(lpxtop.load.__file__).parent
-    offenders = [
-        str(p) for p in root.rglob("*.py")
-        if any(line.lstrip().startswith(("import textual", "from textual", "import rich", "from rich"))
-               for line in p.read_text().splitlines())
-    ]
-    assert offenders == []
+def test_every_command_line_module_lives_in_lpxtop_cli():
+    """argparse is the command line's: no feature package holds a `cli.py` of its own."""
+    strays = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "lpxtop").rglob("cli.py"))
+    assert strays == []
 
 
 # --- Import circles and the HTTP wing's face, read from the source with `ast` (nothing imported) ---
 
 ROOT = Path(__file__).resolve().parents[2]
-
-# Circles known today, to be broken by the redesign that owns them: the modules of each may import one
-# another, and no other module may join them. A circle outside these groups fails the test, and so does
-# a group with no circle left in it (take it off the list).
-KNOWN_CIRCLES = [
-    # lpxtop/cli.py imports export/cli.py, which imports cli.py's private helpers inside functions; the
-    # cli package (every subcommand's command-line module, a public common part) is to break it.
-    frozenset({"lpxtop.cli", "lpxtop.export.cli"}),
-    # config.py checks the [otlp], [traces] and exporter tables with each feature's settings module,
-    # imported inside a function, and those modules raise config.py's ConfigError.
-    frozenset({
-        "lpxtop.config", "lpxtop.otel.settings", "lpxtop.export.settings", "lpxtop.engine.traces.settings",
-    }),
-]
-
 
 def _module_names(root: Path, package: str) -> dict[str, Path]:
     names = {}
@@ -232,15 +215,13 @@ def test_imports_are_read_at_module_level_and_in_functions_but_not_under_type_ch
 def test_the_import_graph_of_lpxtop_has_no_circle():
     graph = _import_graph()
     assert "lpxtop.sim.toolcall_options" in graph["lpxtop.sim.config"]  # the graph is read at all
-    circles = _circles(graph)
-    unknown = [sorted(c) for c in circles if not any(c <= known for known in KNOWN_CIRCLES)]
-    assert unknown == [], f"import circles in lpxtop/: {unknown}"
-    gone = [sorted(known) for known in KNOWN_CIRCLES if not any(c <= known for c in circles)]
-    assert gone == [], f"no circle is left in these: take them off KNOWN_CIRCLES: {gone}"
+    circles = sorted(sorted(c) for c in _circles(graph))
+    assert circles == [], f"import circles in lpxtop/: {circles}"
 
 
-# The HTTP wing's white-box tests and the benchmark that counts its reads may name its modules.
-HTTP_INSIDERS = ("tests/http/", "benchmarks/http_cost.py")
+# The HTTP wing's white-box tests (and their reference harness) and the benchmark that counts its reads may
+# name its modules.
+HTTP_INSIDERS = ("tests/http/", "tests/support/http_reference.py", "benchmarks/http_cost.py")
 
 
 def test_outside_lpxtop_http_only_its_public_face_is_imported():

@@ -13,7 +13,7 @@ from lpxtop.load.report import steps_csv
 from lpxtop.load.server_window import CounterReading, ServerWatch
 from lpxtop.model.events import GpuEvent
 from lpxtop.model.gpu import GpuDevice, GpuProcess, GpuSnapshot
-from tests.unit.test_load_parts import _state
+from tests.support.load_snapshot_data import done_state
 
 
 def reading(t: float, tokens: float | None) -> CounterReading:
@@ -73,7 +73,7 @@ def test_a_reset_inside_the_window_gives_no_figure_and_power_is_integrated():
 
 
 def test_csv_has_the_energy_columns():
-    state = _state()
+    state = done_state()
     step = state.steps[0]
     step = replace(step, server=replace(step.server, energy_j=1234.5, joules_per_output_token=0.42))
     (row,) = csv.DictReader(io.StringIO(steps_csv((step,))))

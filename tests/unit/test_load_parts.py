@@ -9,19 +9,19 @@ from dataclasses import replace
 
 import pytest
 
-from lpxtop.cli import main
-from lpxtop.config import ConfigError
-from lpxtop.load.cli import build_parser, is_local, plan_from_args
+from lpxtop.checks import ConfigError
+from lpxtop.cli.entry import main
+from lpxtop.cli.load import build_parser, is_local, plan_from_args
 from lpxtop.load.plan import LoadPlan
 from lpxtop.load.prompts import FILLER_WORDS, HEAD_WORDS, Calibration, FreshStarts, filler_text
 from lpxtop.load.report import report_json, steps_csv, write_text
 from lpxtop.load.server_window import ServerWatch, parse_counters
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.events import ScrapeEvent
-from lpxtop.model.load import Capacity, LoadState, ServerDuringStep, StepResult
 from lpxtop.model.server import ServerMetrics
 from lpxtop.sim.text import chat_prompt_tokens
-from tests.conftest import FIXTURES
+from tests.support.load_snapshot_data import done_state
+from tests.support.paths import FIXTURES
 
 
 def test_vllm_counters_from_a_real_capture():
@@ -105,18 +105,8 @@ def test_a_tokenizer_that_is_not_linear_in_words_is_met_by_checking_the_targets(
     assert line_miss > 2 >= abs(server_tokens(cal.words_for(38)) - 38)  # within a word's tokens, where the line was not
 
 
-def _state() -> LoadState:
-    s1 = StepResult(index=0, mode="concurrency", level=1.0, concurrency=1, request_rate=None, burstiness=None,
-                    max_concurrency=None, input_tokens_target=None, output_tokens_target=8, status="done",
-                    started_at=5.0, duration_s=2.0, completed=4, failed=1, errors=(("http_5xx", 1),),
-                    output_throughput=16.0, server=ServerDuringStep(kind="vllm", peak_requests_waiting=2.0))
-    return LoadState(target="http://127.0.0.1:8000/v1", model="m", mode="concurrency", search=False,
-                     planned_levels=(1.0,), slo_text=None, duration_s=2.0, warmup_s=0.0, phase="done",
-                     steps=(s1,), capacity=Capacity("concurrency", None, None, "no --slo given", "capacity: not judged"))
-
-
 def test_report_json_and_csv():
-    state = _state()
+    state = done_state()
     report = report_json(state, plan_summary={"api": "chat"}, outcome="done")
     assert report["schema"] == "lpxtop-load/1"
     assert set(report) >= {"target", "slo", "steps", "capacity", "partial"}

@@ -53,7 +53,7 @@ def test_a_worker_is_never_counted_twice_and_small_samples_have_no_figure():
 
 def test_the_step_json_says_which_schedule_ran_and_how_synchronised_it_was():
     together = rhythm_of(rounds(10, 3, 2000, 5), schedule="together", workers=10)
-    assert together.to_json() == {"schedule": "together", "window_ms": 50.0, "synchrony": 1.0,
+    assert together.to_json() == {"schedule": "together", "ttft_from": "sent", "window_ms": 50.0, "synchrony": 1.0,
                                   "dispersion": together.to_json()["dispersion"], "sends": 30}
     assert together.describe() == "rounds 1.00"
     arrivals = rhythm_of([int(i * 100 * MS) for i in range(10)], schedule="arrivals", workers=None)

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from lpxtop import textsafe
-from lpxtop.config import ConfigError, load_config_file
+from lpxtop.checks import ConfigError
+from lpxtop.config import load_config_file
 from lpxtop.otel.settings import (
     DEFAULT_ENDPOINT,
     OtlpSettings,
@@ -114,8 +115,8 @@ def test_the_config_file_table_is_checked_with_its_line(tmp_path):
 
 
 def test_nothing_that_parses_the_flags_imports_opentelemetry():
-    code = ("import sys, lpxtop.cli, lpxtop.otel.cli, lpxtop.otel.settings, lpxtop.export.cli, lpxtop.record.cli, "
-            "lpxtop.load.cli; lpxtop.cli.build_parser(None); lpxtop.cli.build_parser('once'); "
+    code = ("import sys, lpxtop.cli.entry, lpxtop.cli.otlp, lpxtop.otel.settings, lpxtop.cli.exporter, lpxtop.cli.record, "
+            "lpxtop.cli.load; lpxtop.cli.entry.build_parser(None); lpxtop.cli.entry.build_parser('once'); "
             "bad = sorted(m for m in sys.modules if m.startswith(('opentelemetry', 'google.protobuf', 'requests'))); "
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

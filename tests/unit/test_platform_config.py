@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from lpxtop.config import ConfigError, load_config_file, read_inputs_file, settle_agent_settings
+from lpxtop.checks import ConfigError
+from lpxtop.config import load_config_file, read_inputs_file, settle_agent_settings
 from lpxtop.model.endpoint import PLATFORM_APIS, EndpointConfig
 
 

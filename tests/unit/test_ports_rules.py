@@ -4,20 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from lpxtop.engine.system.listeners import TcpListenRow, is_local_host, parse_proc_net_tcp
+from lpxtop.engine.system.patterns import match_server, ports_in_cmdline, program_line
 from lpxtop.engine.system.ports import model_matches
-from lpxtop.engine.system.procinfo import (
-    ProcInfo,
-    TcpListenRow,
-    format_age,
-    format_bytes,
-    is_local_host,
-    match_server,
-    parse_proc_net_tcp,
-    ports_in_cmdline,
-    program_line,
-    redact_argv,
-    short_command,
-)
+from lpxtop.engine.system.processes import ProcInfo
+from lpxtop.engine.system.shown import format_age, format_bytes, redact_argv, short_command
 from lpxtop.model.ports import LeftoverProcess, PortStatus
 
 

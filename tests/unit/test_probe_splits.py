@@ -21,8 +21,8 @@ from lpxtop.engine.probe.stream import StreamOutcome
 from lpxtop.engine.probe.tracecontext import new_trace_context
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import ERROR_KINDS
-from tests.conftest import FIXTURES
-from tests.unit.streams import reads_of, sim_stream
+from tests.support.paths import FIXTURES
+from tests.support.streams import reads_of, sim_stream
 
 VLLM = (FIXTURES / "sse" / "vllm-0.32.0-chat-stream-include-usage.txt").read_bytes()
 LLAMA = (FIXTURES / "sse" / "llamacpp-server-0c1e5709-chat-stream-include-usage.txt").read_bytes()

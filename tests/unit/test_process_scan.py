@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from lpxtop.engine.system.procinfo import ProcessScanner
+from lpxtop.engine.system.processes import ProcessScanner
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
 

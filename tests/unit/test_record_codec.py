@@ -18,7 +18,7 @@ from lpxtop.model.snapshot import Snapshot
 from lpxtop.record.codec import Decoder, Encoder, record_types
 from lpxtop.record.reading import TYPES
 from lpxtop.record.recorder import mask_endpoint
-from tests.snapshot_data import fixed_snapshot
+from tests.support.snapshot_data import fixed_snapshot
 
 
 def roundtrip(value, encoder=None):

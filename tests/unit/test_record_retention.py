@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from lpxtop.config import ConfigError, load_config_file
+from lpxtop.checks import ConfigError
+from lpxtop.config import load_config_file
 from lpxtop.model.events import SampleEvent, SnapshotEvent
 from lpxtop.model.probe import Sample
 from lpxtop.record.reading import Recording
@@ -23,7 +24,7 @@ from lpxtop.record.retention import (
     parse_size,
 )
 from lpxtop.record.store import StoreWriter
-from tests.snapshot_data import empty_snapshot
+from tests.support.snapshot_data import empty_snapshot
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("90s", 90), ("15m", 900), ("48h", 172800),
@@ -151,19 +152,19 @@ def test_record_settings_in_the_config_file(tmp_path):
 def test_record_true_in_the_config_starts_a_recorder_in_the_state_directory(monkeypatch, tmp_path):
     import argparse
 
-    from lpxtop.assemble import build_engine
-    from lpxtop.cli import _start_recording, _stop_recording
+    from lpxtop.cli.assemble import build_engine
+    from lpxtop.cli.dashboard import start_recording, stop_recording
     from lpxtop.model.endpoint import EndpointConfig
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     endpoints = [EndpointConfig(name="e", url="http://127.0.0.1:9/v1")]
     engine = build_engine(endpoints, scrape_metrics=False)
     args = argparse.Namespace(record=False, record_file=None, retain="7d", max_size=None)
-    assert _start_recording(engine, args, {}, endpoints) is None
-    recorder = _start_recording(engine, args, {"enabled": True, "max_size": "2GB"}, endpoints)
+    assert start_recording(engine, args, {}, endpoints) is None
+    recorder = start_recording(engine, args, {"enabled": True, "max_size": "2GB"}, endpoints)
     assert engine.recorder is recorder and recorder.recording
     assert recorder.path.parent == tmp_path / "lpxtop"
     assert recorder.retention == Retention(retain_s=7 * 86400, max_bytes=2_000_000_000)
-    _stop_recording(recorder)
+    stop_recording(recorder)
     with Recording(recorder.path) as rec:
         assert [type(e.record).__name__ for e in rec.events()] == ["EndpointInfo"]

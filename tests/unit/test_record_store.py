@@ -16,7 +16,7 @@ from lpxtop.record.codec import Encoder
 from lpxtop.record.reading import Recording
 from lpxtop.record.replay import ReplaySource
 from lpxtop.record.store import RecordingError, StoreReader, StoreWriter, is_recording
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 V1 = FIXTURES / "recordings" / "v1-sim.lpxrec"
 

@@ -1,7 +1,7 @@
 """Server-side quantiles are estimates with honest bounds: the true value is always inside the range.
 
 Observations are drawn here, bucketed as a Prometheus histogram does, and the estimates checked against
-the observations themselves; then the two cases of issue 19 (an idle vLLM's queue time read as 150 ms,
+the observations themselves; then two cases seen on real servers (an idle vLLM's queue time read as 150 ms,
 a TTFT p99 at twice what any request could have taken) on the real capture and on hand-made windows.
 """
 
@@ -94,7 +94,7 @@ def test_within_markovs_bound(values: list[float], bounds: tuple[float, ...], q:
 
 
 def test_idle_queue_time_is_not_half_the_first_bucket() -> None:
-    """Issue 19: 16 requests that waited < 0.01 ms each, in vLLM's 0-0.3 s queue bucket."""
+    """Seen on an idle vLLM: 16 requests that waited < 0.01 ms each, in vLLM's 0-0.3 s queue bucket."""
     waits = [0.000004 + 0.0000003 * i for i in range(16)]  # 4-8.5 µs: what an idle vLLM shows
     buckets = bucketed(waits, VLLM_REQUEST_BUCKETS)
     assert histogram_quantile(0.5, buckets) == pytest.approx(0.15)  # what Prometheus' interpolation says
@@ -107,7 +107,7 @@ def test_idle_queue_time_is_not_half_the_first_bucket() -> None:
 
 
 def test_ttft_p99_never_at_twice_the_slowest_possible() -> None:
-    """Issue 19: TTFTs of 101-124 ms in the (0.1, 0.25] bucket; interpolation puts p99 at 248.5 ms."""
+    """Seen on a real server: TTFTs of 101-124 ms in the (0.1, 0.25] bucket; interpolation puts p99 at 248.5 ms."""
     ttfts = [0.101 + 0.0025 * i for i in range(10)]  # slowest 123.5 ms
     buckets = bucketed(ttfts, VLLM_TTFT_BUCKETS)
     assert histogram_quantile(0.99, buckets) == pytest.approx(0.2485)

@@ -114,7 +114,7 @@ def test_vllm_v1_idle_then_after_load_window() -> None:
     # Queue lines 400/421: all 16 in the first bucket (le 0.3); the bucket alone would say p50 = 150 ms.
     # The sum grew 0.0000542 -> 0.0003322 s: 0.278 ms for 16 requests, a mean of 0.0174 ms, so the 9
     # at or above the median add up to at most 0.278 ms: p50 <= 0.0309 ms, and no request waited longer
-    # than 0.278 ms (issue 19: an idle vLLM must not read 150 ms).
+    # than 0.278 ms (an idle vLLM must not read 150 ms).
     queue_sum_ms = (0.0003322320000052059 - 5.422100002760999e-05) * 1000
     assert m.server_queue_ms is not None
     assert m.server_queue_ms.mean == pytest.approx(queue_sum_ms / 16)

@@ -204,7 +204,7 @@ def test_json_of_a_snapshot_carries_the_gap_under_server() -> None:
 
 def test_once_table_says_which_figures_are_exact() -> None:
     from lpxtop.report import render_table
-    from tests.snapshot_data import fixed_snapshot
+    from tests.support.snapshot_data import fixed_snapshot
 
     text = render_table(fixed_snapshot())
     # vllm-llama's server: TTFT mean 110.6 (exact), p99 117.9 within (111, 118]; the gap an estimate

@@ -1,4 +1,4 @@
-"""Hostile /metrics pages over a real loopback socket (issue 18 items 1 and 4, the /metrics part).
+"""Hostile /metrics pages over a real loopback socket (the /metrics part).
 
 Each page is legal or nearly so, and each used to bend or crash something: +Inf gauges reached the
 dashboard's sparkline, a line with leading blanks was read by the first scrape and dropped by every
@@ -16,7 +16,7 @@ from aiohttp import web
 
 from lpxtop.engine.scrape.servers import MAX_METRICS_BYTES, ServerScraper
 from lpxtop.model.server import ServerMetrics
-from tests.unit.test_server_metrics_http import capture, endpoint, http_client, serve
+from tests.support.metrics_server import capture, endpoint, http_client, serve
 
 LABELS = 'engine="0",model_name="m"'
 

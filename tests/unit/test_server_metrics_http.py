@@ -7,65 +7,16 @@ import contextlib
 import json
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
 
 from lpxtop.engine.scrape.kinds import probe_kind
 from lpxtop.engine.scrape.servers import ServerScraper
-from lpxtop.http import HttpClient
-from lpxtop.model.endpoint import EndpointConfig
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+from tests.support.metrics_server import METRICS, capture, endpoint, http_client, serve, text_handler
 
 pytestmark = pytest.mark.timeout(20)
-
-
-def capture(name: str) -> str:
-    return (FIXTURES / name).read_text(encoding="utf-8")
-
-
-@contextlib.asynccontextmanager
-async def serve(routes: dict[str, Handler]) -> AsyncIterator[str]:
-    """A real HTTP server on 127.0.0.1 (ephemeral port) with the given GET routes; yields its origin."""
-    app = web.Application()
-    for path, handler in routes.items():
-        app.router.add_get(path, handler)
-    runner = web.AppRunner(app, shutdown_timeout=0.5)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
-
-
-@contextlib.asynccontextmanager
-async def http_client() -> AsyncIterator[HttpClient]:
-    async with HttpClient() as client:
-        yield client
-
-
-def text_handler(
-    body: str, status: int = 200, hits: list[web.Request] | None = None, delay: float = 0.0
-) -> Handler:
-    async def handle(request: web.Request) -> web.Response:
-        if hits is not None:
-            hits.append(request)
-        if delay:
-            await asyncio.sleep(delay)
-        return web.Response(text=body, status=status, content_type="text/plain")
-
-    return handle
-
-
-def endpoint(origin: str, **kw: object) -> EndpointConfig:
-    return EndpointConfig(name="test", url=origin + "/v1", **kw)  # type: ignore[arg-type]
 
 
 async def test_scrapes_a_real_capture_with_identity_encoding() -> None:
@@ -225,7 +176,7 @@ async def test_garbage_body_is_an_error_status() -> None:
 
 
 async def test_ollama_found_through_api_ps_after_404() -> None:
-    payload = (FIXTURES / "ollama-api-ps-handwritten.json").read_text(encoding="utf-8")
+    payload = (METRICS / "ollama-api-ps-handwritten.json").read_text(encoding="utf-8")
 
     async def ps(request: web.Request) -> web.Response:
         return web.Response(text=payload, content_type="application/json")

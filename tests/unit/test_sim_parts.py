@@ -25,7 +25,7 @@ def test_config_clamps_the_context_to_the_kv_cache_and_rejects_nonsense() -> Non
 def test_the_empty_chunk_rate_is_a_command_line_flag() -> None:
     import argparse
 
-    from lpxtop.sim.cli import add_sim_arguments, config_from_args
+    from lpxtop.cli.sim import add_sim_arguments, config_from_args
 
     parser = argparse.ArgumentParser()
     add_sim_arguments(parser)

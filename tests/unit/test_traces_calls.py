@@ -10,7 +10,7 @@ import pytest
 
 from lpxtop.engine.traces.join import RequestNote, TraceJoin
 from lpxtop.model.chain import JoinedRequest, SpanSegments, UnjoinedRequest
-from tests.traces_data import new_trace_id
+from tests.support.traces_data import new_trace_id
 
 SENT_NS = 1_700_000_000 * 10**9
 

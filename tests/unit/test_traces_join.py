@@ -10,7 +10,7 @@ from lpxtop.engine.traces import join as join_module
 from lpxtop.engine.traces.join import TraceJoin
 from lpxtop.model.chain import SpanSegments
 from lpxtop.model.probe import Percentiles
-from tests.traces_data import new_trace_id
+from tests.support.traces_data import new_trace_id
 
 
 class Clock:

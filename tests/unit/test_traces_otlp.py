@@ -8,7 +8,7 @@ import json
 import pytest
 
 from lpxtop.engine.traces import otlp
-from tests.traces_data import json_body, new_trace_id, protobuf_body, vllm_span
+from tests.support.traces_data import json_body, new_trace_id, proto_field, protobuf_body, vllm_span
 
 
 def _ids(message) -> list[str]:
@@ -115,30 +115,17 @@ def test_resource_key_names_the_service_and_tells_resources_apart():
     assert key_a.startswith("vllm#") and key_b.startswith("other#") and key_a != key_b
 
 
-def _varint(n: int) -> bytes:
-    out = b""
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out += bytes([byte | (0x80 if n else 0)])
-        if not n:
-            return out
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
 def test_protobuf_nested_past_the_decoders_depth_is_a_bad_body():
-    value = _field(1, b"x")  # AnyValue.string_value
+    value = proto_field(1, b"x")  # AnyValue.string_value
     for _ in range(500):  # AnyValue.kvlist_value -> KeyValueList.values -> KeyValue.value -> AnyValue ...
-        value = _field(6, _field(1, _field(1, b"k") + _field(2, value)))
-    span_bytes = vllm_span(new_trace_id()).SerializeToString() + _field(9, _field(1, b"deep") + _field(2, value))
-    body = _field(1, _field(2, _field(2, span_bytes)))  # request.resource_spans.scope_spans.spans
+        value = proto_field(6, proto_field(1, proto_field(1, b"k") + proto_field(2, value)))
+    span_bytes = vllm_span(new_trace_id()).SerializeToString() + proto_field(9, proto_field(1, b"deep") + proto_field(2, value))
+    body = proto_field(1, proto_field(2, proto_field(2, span_bytes)))  # request.resource_spans.scope_spans.spans
     with pytest.raises(otlp.BadBody):
         otlp.parse_request(body, otlp.CONTENT_PROTOBUF)
 
 
-@pytest.mark.parametrize("module", ["lpxtop.cli", "lpxtop.engine.traces", "lpxtop.engine.traces.settings",
+@pytest.mark.parametrize("module", ["lpxtop.cli.entry", "lpxtop.engine.traces", "lpxtop.engine.traces.settings",
                                     "lpxtop.sim.server", "lpxtop.engine.runner"])
 def test_importing_lpxtop_does_not_import_protobuf(module):
     # opentelemetry-proto costs ~0.1 s of start-up: only a receiver or the sim's exporter loads it
@@ -171,7 +158,7 @@ def _spans_of(batch) -> list:
 
 def test_the_span_by_span_split_reads_what_the_full_parse_reads():
     # the receiver's split (otlp_lazy) held to the library's own full parse, over several resources and scopes
-    from tests.traces_data import request, span
+    from tests.support.traces_data import request, span
 
     one = request(*(vllm_span(new_trace_id()) for _ in range(3)), service="a")
     two = request(span("Load weights", new_trace_id()), vllm_span(new_trace_id(), queue=None), service="b")
@@ -188,8 +175,8 @@ def test_the_span_by_span_split_reads_what_the_full_parse_reads():
 def test_one_bad_span_inside_good_framing_is_none_and_the_rest_are_read():
     good = vllm_span(new_trace_id()).SerializeToString()
     bad = b"\x0a\x80\x80\x80"  # a trace id whose length runs past the span's end
-    scope = _field(2, good) + _field(2, bad) + _field(2, good)
-    body = _field(1, _field(2, scope))
+    scope = proto_field(2, good) + proto_field(2, bad) + proto_field(2, good)
+    body = proto_field(1, proto_field(2, scope))
     with pytest.raises(otlp.BadBody):
         otlp.parse_request(body, otlp.CONTENT_PROTOBUF)  # the full parse refuses the whole body
     spans = [s for _, s in otlp.read_body(body, otlp.CONTENT_PROTOBUF).spans()]

@@ -6,7 +6,8 @@ import argparse
 
 import pytest
 
-from lpxtop.config import ConfigError, load_config_file
+from lpxtop.checks import ConfigError
+from lpxtop.config import load_config_file
 from lpxtop.engine.traces.settings import add_traces_arguments, join_wait_s, receiver_settings
 
 

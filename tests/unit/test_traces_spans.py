@@ -7,7 +7,7 @@ import time
 import pytest
 
 from lpxtop.engine.traces.spans import merge, read_span
-from tests.traces_data import new_trace_id, span, vllm_span
+from tests.support.traces_data import new_trace_id, span, vllm_span
 
 
 def test_vllm_llm_request_gives_every_segment_in_ms():

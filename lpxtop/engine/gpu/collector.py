@@ -20,7 +20,7 @@ import psutil
 
 from lpxtop.engine.gpu.accel.throttle import nvml_throttle
 from lpxtop.engine.gpu.nvml import Nvml, Problems
-from lpxtop.engine.system.procinfo import redact_argv, safe_name
+from lpxtop.engine.system.shown import redact_argv, safe_name
 from lpxtop.model.gpu import GpuDevice, GpuProcess, GpuSnapshot
 
 # nvml.h constants, literal so nothing here depends on the bindings being importable

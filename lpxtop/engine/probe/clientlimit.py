@@ -11,7 +11,8 @@ bytes' arrival, and neither is the server's time:
 
 A probe (or a load-test step) that saw either beyond a small bound is marked `client_limited`. Both are
 cheap: the lag timer ticks only while a watch is open (a probe in flight), and schedstat is one
-`pread` of an already open file (a few µs).
+`pread` of an already open file (a few µs). `LatenessWatch` is what the engine runs around each chat
+probe and agent step; `client_was_late` is the bound.
 """
 
 from __future__ import annotations
@@ -20,9 +21,28 @@ import asyncio
 import contextlib
 import os
 import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 SCHEDSTAT = "/proc/thread-self/schedstat"
 LAG_TICK_S = 0.025
+_T = TypeVar("_T")
+
+# A probe is client_limited when, while it ran, the engine's loop ran a timer more than
+# CLIENT_LAG_LIMIT_NS late, or its thread spent more than CLIENT_CPU_WAIT_SHARE of the probe's time
+# (and at least CLIENT_CPU_WAIT_MIN_NS, as much as the lag limit) waiting for a CPU. benchmarks/client_limit.py
+# on the 2-core VM (4 simulated servers, 40 s per condition, 1-ms switch interval, the machine shared
+# with other work at a load average of ~4): undisturbed, the worst lag per probe was 1.7 ms at p50 and
+# 6.1 ms at p99 (epoll's 1-ms timeout rounding and the switch interval are most of the floor), the CPU
+# wait 0.7 % of a probe's time at p50 and 2.3 % at most; with a thread holding the interpreter lock
+# 5 ms in 10, lags of 5.8 / 12.9 ms (p50 / p95); pinned to one CPU beside a spinner, waits of 7 / 26 %.
+# The wait is a sum over the probe's wake-ups, so it is judged as a share of the probe's time (a 1-s
+# probe on a busy host sums 30 ms of small waits); a single long wait makes the loop's timer late too.
+CLIENT_LAG_LIMIT_NS = 5_000_000
+CLIENT_CPU_WAIT_SHARE = 0.05
+CLIENT_CPU_WAIT_MIN_NS = 5_000_000  # as the lag: lateness of at least 5 ms by either measure
+LATENESS_KEPT = 1000  # (endpoint, loop lag, CPU wait) of the last probes, for benchmarks and tests
 
 
 class ThreadCpuWait:
@@ -121,3 +141,53 @@ class LoopLag:
         self._handle = None
         if self._watches:
             self._schedule()
+
+
+def client_was_late(lag_ns: int, wait_ns: int | None, took_ns: int) -> bool:
+    """Whether lpxtop's own lateness while a probe ran may have moved its figures (see the limits above)."""
+    if lag_ns > CLIENT_LAG_LIMIT_NS:
+        return True
+    return wait_ns is not None and wait_ns > max(CLIENT_CPU_WAIT_MIN_NS, CLIENT_CPU_WAIT_SHARE * took_ns)
+
+
+class LatenessWatch:
+    """The engine's own lateness around each probe: the loop's timer lag and the thread's CPU wait.
+
+    `open()` on the loop's thread (schedstat names the opening thread) before the first probe, `close()`
+    after the last. `records` keeps (endpoint, worst loop lag, CPU wait, probe duration) in ns of the
+    last probes, for benchmarks and tests.
+    """
+
+    def __init__(self, kept: int = LATENESS_KEPT) -> None:
+        self.records: deque[tuple[str, int, int | None, int]] = deque(maxlen=kept)
+        self._lag: LoopLag | None = None
+        self._cpu_wait: ThreadCpuWait | None = None
+
+    def open(self) -> None:
+        self._lag = LoopLag()
+        self._cpu_wait = ThreadCpuWait()
+
+    def close(self) -> None:
+        if self._cpu_wait is not None:
+            self._cpu_wait.close()
+        self._lag = self._cpu_wait = None
+
+    async def run(self, name: str, work: Callable[[], Awaitable[_T]]) -> tuple[_T, bool]:
+        """`work()`'s result, and whether lpxtop itself was late while it ran (the loop's timer lag, the
+        thread's CPU wait: `client_was_late`). Chat probes and agent steps are watched alike."""
+        lag_ns, wait_ns = 0, None
+        watch = self._lag.watch() if self._lag is not None else None
+        cpu_wait = self._cpu_wait
+        waited_before = cpu_wait.read() if cpu_wait is not None else None
+        began_ns = time.perf_counter_ns()
+        try:
+            result = await work()
+        finally:
+            if watch is not None:
+                lag_ns = watch.close()
+            waited_after = cpu_wait.read() if cpu_wait is not None else None
+            if waited_before is not None and waited_after is not None:
+                wait_ns = waited_after - waited_before
+        took_ns = time.perf_counter_ns() - began_ns
+        self.records.append((name, lag_ns, wait_ns, took_ns))
+        return result, client_was_late(lag_ns, wait_ns, took_ns)

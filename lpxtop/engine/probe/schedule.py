@@ -41,7 +41,7 @@ _default_rng = random.Random()
 def next_gap(mean_s: float, rng: random.Random | None = None, *, schedule: str = "poisson") -> float:
     """Seconds from the end of one probe to the start of the next, for a mean gap of `mean_s`.
 
-    `schedule="fixed"` returns the mean itself: probes at fixed gaps, as before round 2 (kept for
+    `schedule="fixed"` returns the mean itself: probes at fixed gaps, as lpxtop's first versions sent them (kept for
     comparisons and tests; it is biased under a rhythmic load).
     """
     if not mean_s > 0:  # also NaN

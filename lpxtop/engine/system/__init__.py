@@ -2,7 +2,10 @@
 
 - `host`: CPU, memory, load.
 - `ports`: who listens on the endpoints' ports, and what is left over.
-- `procinfo`: server process patterns, the process and socket scans, the commands shown.
+- `patterns`: the inference servers known by their processes, the program line, ports on a command line.
+- `processes`: the process scan and the process tree.
+- `listeners`: listening TCP sockets and their owners; which host names are this machine.
+- `shown`: what is shown of a process: command lines with secrets masked and paths shortened, ages, sizes.
 - `discovery`: inference servers found on this host without configuration.
 - `actions`: what the user may do to a process (signal it), checked.
 """

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import psutil
 
 from lpxtop.engine.system.ports import is_root
-from lpxtop.engine.system.procinfo import format_age, printable, redact_argv, safe_name, short_command
+from lpxtop.engine.system.shown import format_age, printable, redact_argv, safe_name, short_command
 
 READONLY_REFUSAL = "read-only mode (--readonly): process actions are disabled"
 

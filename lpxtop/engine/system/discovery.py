@@ -16,7 +16,9 @@ import asyncio
 import ipaddress
 from collections.abc import Iterable
 
-from lpxtop.engine.system.procinfo import ports_in_cmdline, scan_listeners, scan_processes
+from lpxtop.engine.system.listeners import scan_listeners
+from lpxtop.engine.system.patterns import ports_in_cmdline
+from lpxtop.engine.system.processes import scan_processes
 from lpxtop.http import HttpClient, HttpError
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.textsafe import scrub

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import psutil
 
-from lpxtop.engine.system.procinfo import descendants, safe_name
+from lpxtop.engine.system.processes import descendants
+from lpxtop.engine.system.shown import safe_name
 from lpxtop.model.host import HostProcess, HostSnapshot
 
 PRESSURE_MEMORY = Path("/proc/pressure/memory")

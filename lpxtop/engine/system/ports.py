@@ -14,22 +14,16 @@ from dataclasses import dataclass
 import psutil
 
 from lpxtop.engine.diagnosis import model_matches, model_not_served, nothing_listens
-from lpxtop.engine.system.procinfo import (
+from lpxtop.engine.system.listeners import (
     ListenScan,
-    ProcessScanner,
-    ProcInfo,
-    ServerPattern,
-    ancestors,
-    children_map,
-    descendants,
-    format_age,
-    format_bytes,
     is_local_host,
     local_names_and_addresses,
     scan_listeners,
-    short_command,
     tcp_connects,
 )
+from lpxtop.engine.system.patterns import ServerPattern
+from lpxtop.engine.system.processes import ProcessScanner, ProcInfo, ancestors, children_map, descendants
+from lpxtop.engine.system.shown import format_age, format_bytes, short_command
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.ports import LeftoverProcess, PortStatus
 

@@ -11,14 +11,14 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lpxtop.config import ConfigError
+from lpxtop.checks import ConfigError
 from lpxtop.engine.traces.settings import add_traces_arguments, join_wait_s, receiver_settings
 
 MISSING = "receiving server spans (--traces-listen) needs the opentelemetry-proto package: {hint}"
 
 
 def add_traces_flags(parser: argparse.ArgumentParser) -> None:
-    """The receiver's flags, in the parser's OpenTelemetry group (lpxtop/otel/cli.py) when it has one."""
+    """The receiver's flags, in the parser's OpenTelemetry group (lpxtop/cli/otlp.py) when it has one."""
     group = next((g for g in getattr(parser, "_action_groups", ())  # argparse keeps its groups there
                   if (g.title or "").startswith("OpenTelemetry")), None)
     if group is None:

@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from lpxtop.config import ConfigError, check_http_url
+from lpxtop.checks import ConfigError, check_http_url
 from lpxtop.durations import DurationError, parse_duration
 from lpxtop.engine.traces.limits import DEFAULT_WAIT_S, MAX_BODY_BYTES, SPANS_PER_S, ReceiverSettings
 

@@ -7,7 +7,6 @@ byte-level BPE tokenizer) so that vLLM and llama.cpp serve the *same* model.
 (4 specials + 256 byte tokens, no merges).  Needs only numpy + gguf.
 
 usage: make_tiny_gguf.py [--src DIR] [--out FILE] [--standalone]
-Adapted from the project's shared/realservers.
 """
 import argparse
 import json
