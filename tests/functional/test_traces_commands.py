@@ -182,6 +182,11 @@ def test_record_keeps_the_joined_segments_and_replay_shows_them(tmp_path, capsys
         source.close()
     assert view.chain is not None and view.chain.probes_joined >= 3, view.chain
     assert view.chain.queue_ms is not None and view.ttft_gap.method == "joined_spans"
+    exported = run_cli(capsys, "export", str(path), "--what", "chain")
+    lines = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert lines and all(line["type"] == "chain" for line in lines), exported.stderr
+    joined = [line for line in lines if line["joined"]]
+    assert len(joined) >= 3 and all(line["queue_ms"] is not None and line["trace_id"] for line in joined)
 
 
 def metrics_text(url: str) -> str:

@@ -88,16 +88,23 @@ def test_probes_join_vllms_own_spans(vllm_traced, feed):
                           headers=(("Traceparent", f"00-{configured}-{os.urandom(8).hex()}-01"),))
 
     async def probes():
+        samples = []
         async with HttpClient() as client:
-            return [await run_probe(client, base) for _ in range(PROBES)]
+            for _ in range(PROBES):
+                s = await run_probe(client, base)
+                if s.ok and s.ttft_ms is not None:
+                    # noted as it ends, as the engine's feed does: its span may already be in (an orphan
+                    # waits `wait_s` for its request), or come with vLLM's next batch
+                    join.note_request(s.trace_id, endpoint="vllm", sent_wall_ns=s.sent_wall_ns,
+                                      client_ttft_ms=s.ttft_ms, client_e2e_ms=s.e2e_ms, same_host=True,
+                                      span_id=s.span_id)
+                samples.append(s)
+        return samples
 
     samples = asyncio.run(probes())
     ok = [s for s in samples if s.ok and s.ttft_ms is not None]
     assert len(ok) >= PROBES - 2, [s.error_text for s in samples]
-    for s in ok:
-        assert s.trace_id != configured
-        join.note_request(s.trace_id, endpoint="vllm", sent_wall_ns=s.sent_wall_ns, client_ttft_ms=s.ttft_ms,
-                          client_e2e_ms=s.e2e_ms, same_host=True, span_id=s.span_id)
+    assert all(s.trace_id != configured for s in ok)
     deadline = time.monotonic() + 30
     while join.pending("vllm") and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -129,7 +136,7 @@ def start_vllm_bench(origin: str, out_dir: Path, concurrency: int, prompts: int)
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = ["bash", str(SCRIPTS / "vllm-bench.sh"), "serve", "--backend", "openai-chat", "--endpoint",
            "/v1/chat/completions", "--base-url", origin, "--model", VLLM_MODEL, "--tokenizer", str(CACHE / VLLM_MODEL),
-           "--dataset-name", "random", "--random-input-len", "32", "--random-output-len", "96", "--ignore-eos",
+           "--dataset-name", "random", "--random-input-len", "32", "--random-output-len", "64", "--ignore-eos",
            "--max-concurrency", str(concurrency), "--num-prompts", str(prompts), "--save-result", "--result-dir",
            str(out_dir), "--result-filename", "bench.json"]
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -146,11 +153,11 @@ def test_under_vllm_bench_load_probes_show_a_queue_and_the_gap_is_a_number(vllm_
     engine = build_engine([config])
     feed.attach(engine, [config])  # as `lpxtop once --traces-listen` does (engine/traces/attach.py)
     concurrency = 3 * VLLM_MAX_NUM_SEQS  # above --max-num-seqs: requests wait for a slot
-    bench = start_vllm_bench(vllm_traced.origin, tmp_path / "bench", concurrency, prompts=10 * concurrency)
+    bench = start_vllm_bench(vllm_traced.origin, tmp_path / "bench", concurrency, prompts=4 * concurrency)
     try:
         time.sleep(5.0)  # the benchmark's streams fill the slots and the queue
         began = time.monotonic()
-        snapshot = engine.collect_once(samples=8, timeout_s=240.0, interval_s=1.0)
+        snapshot = engine.collect_once(samples=6, timeout_s=300.0, interval_s=1.0)
         snapshot = finish_once(feed, snapshot, 40.0)
         probing_s = time.monotonic() - began
     finally:
@@ -167,7 +174,7 @@ def test_under_vllm_bench_load_probes_show_a_queue_and_the_gap_is_a_number(vllm_
           f"{chain.probes_joined} of {view.probes_ok} probes joined; queue p50 {chain.queue_ms and chain.queue_ms.p50} "
           f"max {chain.queue_ms and chain.queue_ms.max} ms; Gap {gap.value_ms} ({gap.method}); population "
           f"{chain.all_requests.count} spans, queue p50 {chain.all_requests.queue_ms and chain.all_requests.queue_ms.p50}")
-    assert view.probes_ok >= 6, view.last_error
+    assert view.probes_ok >= 5, view.last_error
     assert chain.probes_joined >= 0.9 * view.probes_ok, chain.to_json()
     assert chain.queue_ms is not None and chain.queue_ms.max > 1.0, chain.to_json()  # the probes waited for a slot
     assert gap.value_ms is not None and gap.method == "joined_spans", gap
