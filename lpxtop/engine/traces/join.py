@@ -201,6 +201,7 @@ class TraceJoin:
         self._lock = threading.Lock()
         self._pending: OrderedDict[tuple[str, str], _Pending] = OrderedDict()
         self._by_trace: dict[str, list[tuple[str, str]]] = {}  # trace id -> its pending requests' keys
+        self._pending_by: Counter[tuple[str, str]] = Counter()  # (endpoint, kind) -> requests pending
         self._orphans: OrderedDict[str, _Orphan] = OrderedDict()  # trace id -> spans no request has claimed
         self._settled: OrderedDict[tuple[str, str], None] = OrderedDict()  # requests joined or given up on
         self._settled_traces: OrderedDict[str, None] = OrderedDict()
@@ -242,6 +243,7 @@ class TraceJoin:
                     continue
                 p = _Pending(n, trace_id, key[1], now, self._receiver_drops, alone=per_trace[trace_id] == 1)
                 self._pending[key] = p
+                self._pending_by[(n.endpoint, n.kind)] += 1
                 self._by_trace.setdefault(trace_id, []).append(key)
                 if trace_id not in traces:
                     traces.append(trace_id)
@@ -292,7 +294,7 @@ class TraceJoin:
             settled += self._expire(self._clock())
             wall = self._wall() if now is None else now
             window = self._windows.get((endpoint, kind))
-            pending = sum(1 for p in self._pending.values() if p.note.endpoint == endpoint and p.note.kind == kind)
+            pending = self._pending_by[(endpoint, kind)]
             if window is None:
                 summary = ChainSummary(probes_pending=pending)
             else:
@@ -380,6 +382,7 @@ class TraceJoin:
     def reset(self) -> None:
         with self._lock:
             self._pending.clear()
+            self._pending_by.clear()
             self._by_trace.clear()
             self._orphans.clear()
             self._settled.clear()
@@ -446,7 +449,11 @@ class TraceJoin:
 
     def _remove(self, p: _Pending) -> None:
         key = p.key
-        self._pending.pop(key, None)
+        if self._pending.pop(key, None) is not None:
+            by = (p.note.endpoint, p.note.kind)
+            self._pending_by[by] -= 1
+            if self._pending_by[by] <= 0:
+                del self._pending_by[by]
         self._settling.pop(key, None)
         keys = self._by_trace.get(p.trace_id)
         if keys is not None:
