@@ -179,3 +179,50 @@ def test_outcomes_added_from_a_recording_fill_the_windows_as_joined_ones_do():
     summary = j.snapshot("e", now=1_700_000_010.0)
     assert summary.probes_joined == 1 and summary.unjoined_reasons == {"no_span": 1}
     assert j.snapshot("e", now=1_700_001_000.0).probes_joined == 0  # past the window
+
+
+class _Engine:
+    """What ChainFeed.attach uses of an engine: its settings and the three hooks."""
+
+    def __init__(self, include_client_limited: bool) -> None:
+        from lpxtop.engine.runner import EngineSettings
+
+        self.settings = EngineSettings(include_client_limited=include_client_limited)
+        self.events: list = []
+
+    def add_listener(self, fn) -> None: ...
+
+    def add_snapshot_hook(self, fn) -> None: ...
+
+    def add_alert_source(self, fn) -> None: ...
+
+    def post_event(self, event) -> None:
+        self.events.append(event)
+
+
+class _Receiver:
+    def __init__(self, join, settings) -> None: ...
+
+    def start(self):
+        return ("127.0.0.1", 4318)
+
+    def stop(self) -> None: ...
+
+
+@pytest.mark.parametrize("include", [False, True])
+def test_the_feed_takes_a_late_probes_outside_only_when_the_engine_counts_such_probes(include):
+    from lpxtop.engine.traces.feed import ChainFeed
+    from lpxtop.engine.traces.limits import ReceiverSettings
+    from lpxtop.model.probe import Sample
+
+    feed = ChainFeed(ReceiverSettings(), receiver_factory=_Receiver)
+    engine = _Engine(include)
+    feed.attach(engine)
+    t, s = new_trace_id(), span_id()
+    sample = Sample(endpoint="e", wall_time=1.0, start_ns=0, ok=True, ttft_ms=40.0, e2e_ms=90.0, client_limited=True,
+                    trace_id=t, span_id=s, sent_wall_ns=SENT_NS)
+    assert feed.note_sample(sample, "e")
+    feed.join.add_segments([seg(t, s)])
+    (event,) = engine.events
+    assert event.joined is not None and event.joined.queue_ms == 4.0
+    assert (event.joined.outside_ms == pytest.approx(24.0)) if include else event.joined.outside_ms is None

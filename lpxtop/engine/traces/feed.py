@@ -7,7 +7,8 @@ hooks into the engine three ways, each costing the probe loop microseconds:
   client TTFT; each agent step's calls (`AgentStepEvent`: one trace, a span id per call) are noted
   together, so each call gets the server span whose parent is its own span. A probe during which lpxtop
   itself was late (`client_limited`) is joined for the server's figures, but gives no "outside" or "to
-  server": its TTFT holds lpxtop's own delay, which is neither the server's nor the network's;
+  server": its TTFT holds lpxtop's own delay, which is neither the server's nor the network's (unless the
+  engine counts such probes, `--include-client-limited`: then the chain does too, as the percentiles);
 - a snapshot hook: each endpoint's view gets its `chain` (ChainSummary over the window) and its agent
   view the span breakdown (views.py); the Gap then comes from the joined probes, exactly;
 - `engine.post_event(ChainEvent)` for every request as it settles, joined or not (spans come late: vLLM
@@ -68,6 +69,7 @@ class ChainFeed:
         self.started = threading.Event()  # set once the receiver listens or failed to
         self.noted = 0
         self.client_limited = 0  # noted requests during which lpxtop was late (no outside figure from them)
+        self.include_client_limited = False  # the engine's --include-client-limited: take their outside too
         self._hosts: dict[str, bool] = {}
         self._engine: Any = None
         self._starter: threading.Thread | None = None
@@ -79,6 +81,7 @@ class ChainFeed:
         """Listen to `engine` (before it starts) and hand it the chain: snapshots, events, alerts. `endpoints`:
         the configs known now (whether each is this host); discovered ones are learnt from the snapshots."""
         self._engine = engine
+        self.include_client_limited = bool(getattr(getattr(engine, "settings", None), "include_client_limited", False))
         engine.add_listener(self.on_event)
         engine.add_snapshot_hook(self.decorate)
         engine.add_alert_source(self.alerts)
@@ -147,7 +150,7 @@ class ChainFeed:
             return False
         self.join.note_requests([RequestNote(
             sample.trace_id, endpoint, sample.sent_wall_ns, sample.ttft_ms, sample.e2e_ms, kind=kind, tag=tag,
-            span_id=sample.span_id, client_limited=sample.client_limited)])
+            span_id=sample.span_id, client_limited=sample.client_limited and not self.include_client_limited)])
         self.client_limited += sample.client_limited
         self.noted += 1
         return True
@@ -162,7 +165,8 @@ class ChainFeed:
             if step.failed_call == n or ttft is None:
                 continue
             notes.append(RequestNote(call.trace_id, endpoint, call.sent_wall_ns, ttft, e2e, kind="agent",
-                                     tag=f"call{n}", span_id=call.span_id, client_limited=step.client_limited))
+                                     tag=f"call{n}", span_id=call.span_id,
+                                     client_limited=step.client_limited and not self.include_client_limited))
         if notes:
             self.join.note_requests(notes)
             self.noted += len(notes)
