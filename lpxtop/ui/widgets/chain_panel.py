@@ -31,7 +31,7 @@ ROWS = (  # (field, label, what it is)
 PARTS = (("to server", "░"), ("queue", "▒"), ("prefill", "█"), ("server other", "▓"), ("back", "░"))
 MAX_BARS = 12
 MIN_BAR = 10
-LABEL = 9  # "12s ago  "
+LABEL = 11  # " 1m00s ago "
 
 
 def _part_styles(palette: Palette) -> dict[str, str]:
@@ -129,7 +129,7 @@ def _bars(chain: ChainSummary, now: float, palette: Palette, width: int) -> Text
     for name, glyph in PARTS:
         if name == "to server" and not measured:
             continue
-        label = "outside" if name == "back" and not measured else name
+        label = ("outside" if not measured else "way back") if name == "back" else name
         text.append(f"{glyph} ", style=styles[name])
         text.append(f"{label}  ", style=palette.muted)
     text.append("\n")
