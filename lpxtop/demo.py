@@ -16,12 +16,16 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from lpxtop.config import normalize_url
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.sim.config import SimConfig, load_function
 from lpxtop.sim.thread import start_sim_in_thread
+
+if TYPE_CHECKING:
+    from lpxtop.engine.runner import Engine
 
 SURGE_FACTOR = 3.0
 TRACES_DELAY_S = 0.5  # how often the simulators send their spans (vLLM with OTEL_BSP_SCHEDULE_DELAY=500)
@@ -67,11 +71,20 @@ DEMO_MORE: dict[str, tuple[tuple[str, dict], ...]] = {
 }
 
 
+@dataclass(frozen=True)
+class Demo:
+    """The demo's engine (not yet started) and its load surge switch (`g` in the dashboard: `create_app`'s
+    `demo`)."""
+
+    engine: Engine
+    surge: Callable[[bool], None]
+
+
 @contextlib.contextmanager
 def start_demo(
     *, interval_s: float = 1.0, surge: bool = False, readonly: bool = False, gpu_surge_gib_s: float = 1.2
-) -> Iterator:
-    """Start the simulated servers and return a (not yet started) Engine watching them."""
+) -> Iterator[Demo]:
+    """Start the simulated servers; a Demo: the (not yet started) Engine watching them and the surge switch."""
     from lpxtop.cli.assemble import build_engine
     from lpxtop.engine.gpu.simulated import SimulatedGpuCollector
 
@@ -99,8 +112,7 @@ def start_demo(
                 surge_flag.clear()
             gpu.surge(on)
 
-        engine = build_engine(endpoints, gpu=gpu, readonly=readonly, on_surge=set_surge)
-        engine.is_demo = True
+        engine = build_engine(endpoints, gpu=gpu, readonly=readonly)
         if feed is not None:
             feed.attach(engine, endpoints)
             feed.start(wait=False)  # its process spawns beside the first frame; the first spans may be lost
@@ -108,7 +120,7 @@ def start_demo(
         if surge:
             set_surge(True)
         try:
-            yield engine
+            yield Demo(engine, set_surge)
         finally:
             engine.stop()
 

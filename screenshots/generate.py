@@ -37,8 +37,9 @@ class WithoutGpu:
 
         return replace(self._engine.snapshot(), gpu=self._gpu)
 
-    def __getattr__(self, name):
-        return getattr(self._engine, name)
+    @property
+    def capabilities(self):
+        return self._engine.capabilities
 
 
 async def wait_until(pilot, predicate, timeout_s: float) -> bool:
@@ -51,8 +52,9 @@ async def wait_until(pilot, predicate, timeout_s: float) -> bool:
 
 
 async def shoot(out: Path) -> None:
-    with start_demo(interval_s=0.5, gpu_surge_gib_s=4.0) as engine:
-        app = create_app(engine, theme="lpxtop-dark", on_ready=engine.start)
+    with start_demo(interval_s=0.5, gpu_surge_gib_s=4.0) as demo:
+        engine = demo.engine
+        app = create_app(engine, theme="lpxtop-dark", on_ready=engine.start, demo=demo.surge)
         async with app.run_test(size=SIZE) as pilot:
             endpoints = lambda: engine.snapshot().endpoints  # noqa: E731
             def ready(e) -> bool:
@@ -83,18 +85,18 @@ async def shoot(out: Path) -> None:
             await pilot.pause(1.5)
             app.save_screenshot(str(out / "agent.svg"))
             await pilot.press("escape")
-            engine.request_surge(True)
+            demo.surge(True)
             app.surge = True
             found = await wait_until(
                 pilot, lambda: any(a.kind == "gpu_memory" for a in engine.snapshot().alerts), 60)
             await pilot.pause(1.0)
             app.save_screenshot(str(out / "alerts.svg"))
             print("alerts:", [a.message for a in engine.snapshot().alerts] if found else "none appeared")
-        engine.request_surge(False)
-        await shoot_without_gpu(engine, out)
+        demo.surge(False)
+        await shoot_without_gpu(demo, out)
 
 
-async def shoot_without_gpu(engine, out: Path) -> None:
+async def shoot_without_gpu(demo, out: Path) -> None:
     from lpxtop.engine.gpu.collector import GpuCollector
 
     collector = GpuCollector()
@@ -105,7 +107,7 @@ async def shoot_without_gpu(engine, out: Path) -> None:
     if gpu.devices:
         print("this machine has a GPU: nogpu-80x24.svg left as it is")
         return
-    app = create_app(WithoutGpu(engine, gpu), theme="lpxtop-dark")
+    app = create_app(WithoutGpu(demo.engine, gpu), theme="lpxtop-dark", demo=demo.surge)
     async with app.run_test(size=SMALL) as pilot:
         await pilot.pause(2.5)
         app.save_screenshot(str(out / "nogpu-80x24.svg"))
@@ -135,8 +137,7 @@ async def shoot_load(out: Path) -> None:
         watch = ServerWatch(plan.endpoint.name, plan.endpoint.effective_metrics_url)
         engine.add_listener(watch.on_engine_event)
         controller = LoadController(plan, server_watch=watch)
-        source = LoadSource(engine, controller)
-        source.report_files = ("sweep.json",)
+        source = LoadSource(engine, controller, report_files=("sweep.json",))
 
         def start() -> None:
             engine.start()

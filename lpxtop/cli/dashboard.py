@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from lpxtop.checks import ConfigError
@@ -46,12 +47,13 @@ def run(command: str, args: argparse.Namespace) -> int:
     """`lpxtop demo`."""
     from lpxtop.demo import start_demo
 
-    with start_demo(interval_s=args.interval, surge=args.surge, readonly=args.readonly) as engine:
+    with start_demo(interval_s=args.interval, surge=args.surge, readonly=args.readonly) as demo:
+        engine = demo.engine
         otlp = otlp_for(engine, args, None)
         recorder = start_recording(engine, args, {}, ())
         exporter = exporter_for(args, engine, {})
         try:
-            return open_ui(engine, args, {})
+            return open_ui(engine, args, {}, recorder=recorder, demo=demo.surge)
         finally:
             stop_recording(recorder)
             if exporter is not None:
@@ -69,7 +71,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
     recorder = start_recording(engine, args, file_config.record, file_config.endpoints)
     exporter = exporter_for(args, engine, file_config.exporter)
     try:
-        return open_ui(engine, args, file_config.ui)
+        return open_ui(engine, args, file_config.ui, recorder=recorder)
     finally:
         stop_recording(recorder)
         if exporter is not None:
@@ -101,10 +103,8 @@ def start_recording(engine: Any, args: argparse.Namespace, table: dict, endpoint
         return None
     from lpxtop.record.recorder import Recorder
 
-    recorder = Recorder.start_for(engine, settings.target(), endpoints=endpoints, retention=settings.retention,
-                                  clean_dir=settings.cleans_directory)
-    engine.recorder = recorder  # the UI finds it there: `b` bookmarks, the header shows REC
-    return recorder
+    return Recorder.start_for(engine, settings.target(), endpoints=endpoints, retention=settings.retention,
+                              clean_dir=settings.cleans_directory)
 
 
 def stop_recording(recorder: Any) -> None:
@@ -118,8 +118,10 @@ def stop_recording(recorder: Any) -> None:
         print(f"lpxtop: recorded to {recorder.path} (lpxtop replay {recorder.path})", file=sys.stderr)
 
 
-def open_ui(engine: Any, args: argparse.Namespace, ui_settings: dict) -> int:
-    """Run the dashboard on `engine` until it is closed; the engine starts after the first frame."""
+def open_ui(engine: Any, args: argparse.Namespace, ui_settings: dict, *, recorder: Any = None,
+            demo: Callable[[bool], None] | None = None) -> int:
+    """Run the dashboard on `engine` until it is closed; the engine starts after the first frame. `recorder`:
+    the recording beside it (REC, `b`); `demo`: the demo's load surge switch (`g`)."""
     from lpxtop.ui.app import create_app
     from lpxtop.ui.theming import ThemeError
 
@@ -127,7 +129,7 @@ def open_ui(engine: Any, args: argparse.Namespace, ui_settings: dict) -> int:
     refresh = args.refresh or ui_settings.get("refresh")
     try:
         app = create_app(engine, theme=theme, refresh_s=refresh, readonly=args.readonly,
-                         on_ready=lambda: start_measuring(engine))
+                         on_ready=lambda: start_measuring(engine), recorder=recorder, demo=demo)
     except ThemeError as exc:
         print(f"lpxtop: {exc}", file=sys.stderr)
         return 2

@@ -459,7 +459,7 @@ def _run_test(plan: LoadPlan, args: argparse.Namespace, requests_out) -> int:
         if args.no_ui:
             stopped_by = _run_headless(engine, controller)
         else:
-            code = _run_dashboard(engine, controller, args)
+            code = _run_dashboard(engine, controller, args, recorder)
             if code == 2:
                 return code
             stopped_by = {130: signal.SIGINT, 128 + signal.SIGTERM: signal.SIGTERM}.get(code)
@@ -540,14 +540,15 @@ class _Progress:
                   f"{tput} tok/s, TTFT p50 {ttft} ms{verdict}", file=sys.stderr, flush=True)
 
 
-def _run_dashboard(engine, controller, args) -> int:
-    """The dashboard until `q` (0) or Ctrl-C (130); 2 when it cannot open (a theme error)."""
+def _run_dashboard(engine, controller, args, recorder) -> int:
+    """The dashboard until `q` (0) or Ctrl-C (130); 2 when it cannot open (a theme error). `recorder`: the
+    run's recording (`b` bookmarks a moment of the test), or None."""
     from lpxtop.load.source import LoadSource
     from lpxtop.ui.app import create_app
     from lpxtop.ui.theming import ThemeError
 
-    source = LoadSource(engine, controller)
-    source.report_files = tuple(path for path in (args.json, args.csv) if path and path != "-")
+    source = LoadSource(engine, controller,
+                        report_files=tuple(path for path in (args.json, args.csv) if path and path != "-"))
 
     def on_ready() -> None:
         import asyncio
@@ -560,7 +561,7 @@ def _run_dashboard(engine, controller, args) -> int:
 
     try:
         app = create_app(source, theme=args.theme, refresh_s=args.refresh, readonly=args.readonly,
-                         on_ready=on_ready)
+                         on_ready=on_ready, recorder=recorder)
     except ThemeError as exc:
         print(f"lpxtop load: {exc}", file=sys.stderr)
         return 2

@@ -197,12 +197,10 @@ def _run_replay(args: argparse.Namespace) -> int:
     from lpxtop.ui.theming import ThemeError
 
     try:
-        app = create_app(source, theme=args.theme, refresh_s=args.refresh, readonly=True)
+        app = create_app(source, theme=args.theme, refresh_s=args.refresh, readonly=True, comparison=comparison)
     except ThemeError as exc:
         print(f"lpxtop: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if comparison is not None:
-        app.comparison = comparison  # the app opens the compare screen on top
     try:
         app.run()
     finally:

@@ -31,6 +31,7 @@ from lpxtop.engine.endpoints import MAX_INTERVAL_S, MIN_INTERVAL_S, EndpointLoop
 from lpxtop.engine.gpu.accel.energy import EnergyMeter
 from lpxtop.engine.once import OnceCollection
 from lpxtop.engine.probe.clientlimit import LatenessWatch
+from lpxtop.engine.source import Capabilities
 from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S
 from lpxtop.http import HttpClient
 from lpxtop.model.alerts import Alert
@@ -76,8 +77,6 @@ class EngineSettings:
 class Engine(EndpointLoops, CollectorLoops, OnceCollection):
     """Runs every collector on a background thread and publishes Snapshots."""
 
-    is_demo = False
-
     def __init__(
         self,
         endpoints: Sequence[EndpointConfig],
@@ -89,7 +88,6 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
         ports: PortSource | None = None,
         alerts: AlertSource | None = None,
         discover: Callable[[HttpClient], Any] | None = None,
-        on_surge: Callable[[bool], None] | None = None,
     ) -> None:
         self.settings = settings or EngineSettings()
         self.readonly = self.settings.readonly
@@ -99,7 +97,6 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
         self._ports = ports
         self._alerts = alerts
         self._discover = discover
-        self._on_surge = on_surge
         self._configs = list(endpoints)
         self._states: dict[str, EndpointState] = {}
         self._paused = False
@@ -133,6 +130,11 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
     def snapshot(self) -> Snapshot:
         return self._snapshot
 
+    @property
+    def capabilities(self) -> Capabilities:
+        """As a SnapshotSource (lpxtop/engine/source.py): the engine's controls (p, r, + / -)."""
+        return Capabilities(controls=self, readonly=self.readonly, warming_up=self.warming_up)
+
     def warming_up(self) -> bool:
         """True until every endpoint has its first probe's figures (or failure) published: a screen may read
         snapshots more often meanwhile, so the first figures show as soon as they exist."""
@@ -147,10 +149,6 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
 
     def set_interval(self, seconds: float) -> None:
         self._call(self._set_interval, seconds)
-
-    def request_surge(self, on: bool) -> None:
-        if self._on_surge is not None:
-            self._on_surge(on)
 
     def add_listener(self, listener: Callable[[EngineEvent], None]) -> None:
         """Hand every input the engine measures to `listener` (see lpxtop.model.events).

@@ -1,8 +1,8 @@
 """`FleetSource`: a SnapshotSource that reads a whole fleet of lpxtop exporters back from Prometheus.
 
 The UI renders its snapshots as it renders the live engine's and cannot tell them apart, except that
-the controls that steer probing (pause, reset, interval, process signals) are refused with a line
-that says why (`refusal`). A background thread with its own event loop asks Prometheus every
+it declares no controls: the keys that steer probing (pause, reset, interval, process signals) say why
+(its capabilities' `refusals`). A background thread with its own event loop asks Prometheus every
 `refresh_s`; the UI only ever reads the newest snapshot. Prometheus down, slow or refusing queries
 becomes an alert line (and the last good rows stay on screen), never an exception; so does an answer
 the view cannot use: the poller never stops.
@@ -17,8 +17,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 
 from lpxtop import __version__, textsafe
+from lpxtop.engine.source import Capabilities
 from lpxtop.fleet.build import Reading, alerts, endpoint_views, gpus, ports
 from lpxtop.fleet.client import Answer, PromClient, PromError
 from lpxtop.fleet.promql import FleetQueries, duration_seconds
@@ -153,22 +155,28 @@ REFUSALS = {
 }
 
 
+EMPTY_MESSAGE = (
+    "No lpxtop exporter in Prometheus yet (the line above says why).\n"
+    "On each host:  lpxtop exporter URL... --listen 0.0.0.0:9464 --no-probe-endpoint\n"
+    "In Prometheus: a scrape job for those exporters (docs/prometheus/prometheus.yml)\n"
+    "Then narrow with --match '{job=\"lpxtop\"}'"
+)
+
+
+def fleet_capabilities(window: str, refresh_s: float) -> Capabilities:
+    """What the fleet view can do: no controls (each key says why), no process actions, worst rows first, and
+    the header's interval is how often it asks Prometheus (its "probe N s" would be wrong)."""
+    refusals = {action: text.format(window=window, refresh=refresh_s) for action, text in REFUSALS.items()}
+    return Capabilities(readonly=True, refusals=MappingProxyType(refusals), default_sort="worst",
+                        interval_label="refresh", empty_message=EMPTY_MESSAGE)
+
+
 class FleetSource:
     """The fleet as a SnapshotSource. `start()` begins polling; `snapshot()` returns at once."""
 
-    readonly = True
-    is_demo = False
-    default_sort = "worst"
-    interval_label = "refresh"  # the header's "probe N s" would be wrong: the fleet view queries Prometheus
-    empty_message = (
-        "No lpxtop exporter in Prometheus yet (the line above says why).\n"
-        "On each host:  lpxtop exporter URL... --listen 0.0.0.0:9464 --no-probe-endpoint\n"
-        "In Prometheus: a scrape job for those exporters (docs/prometheus/prometheus.yml)\n"
-        "Then narrow with --match '{job=\"lpxtop\"}'"
-    )
-
     def __init__(self, settings: FleetSettings) -> None:
         self.settings = settings
+        self.capabilities = fleet_capabilities(settings.queries.window, settings.refresh_s)
         self.reader = FleetReader(settings)
         self._started_at = time.time()
         self._seq = 0
@@ -190,24 +198,6 @@ class FleetSource:
 
     def snapshot(self) -> Snapshot:
         return self._snapshot
-
-    def set_paused(self, paused: bool) -> None:
-        pass  # refused by the UI (see refusal)
-
-    def reset(self) -> None:
-        pass
-
-    def set_interval(self, seconds: float) -> None:
-        pass
-
-    def request_surge(self, on: bool) -> None:
-        pass
-
-    def refusal(self, action: str) -> str | None:
-        """Why a control does nothing here (None: it does what it always does)."""
-        text = REFUSALS.get(action)
-        return None if text is None else text.format(window=self.settings.queries.window,
-                                                     refresh=self.settings.refresh_s)
 
     # ---- polling ----
 

@@ -82,7 +82,6 @@ def start_recording(engine: Any, controller: Any, args: argparse.Namespace) -> A
     plan = controller.plan
     recorder = Recorder.start_for(engine, path, endpoints=[plan.endpoint], retention=settings.retention,
                                   clean_dir=directory, meta={"load": plan.summary()})
-    engine.recorder = recorder  # the dashboard finds it there: `b` bookmarks a moment of the test
     controller.add_mark_listener(LoadMarks(recorder).on_mark)
     return recorder
 

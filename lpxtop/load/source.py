@@ -11,20 +11,22 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
+from lpxtop.engine.source import Capabilities, LoadTest
 from lpxtop.model.snapshot import Snapshot
 
 
 class LoadSource:
-    """SnapshotSource over an Engine (or any source) and a LoadController."""
+    """SnapshotSource over an Engine (or any source) and a LoadController. It declares the load test (the
+    dashboard opens the load screen, whose q stops it) and no controls: a load test runs no probes to
+    pause, reset or pace."""
 
-    load_run = True  # the app opens the load screen for a source that says so
-    report_files: tuple[str, ...] = ()  # where the report is written when the test ends: its "done" line says
-
-    def __init__(self, engine, controller) -> None:
+    def __init__(self, engine, controller, *, report_files: tuple[str, ...] = ()) -> None:
         self.engine = engine
         self.controller = controller
-        self.readonly = bool(getattr(engine, "readonly", True))
-        self.is_demo = False
+        self.capabilities = Capabilities(
+            load=LoadTest(stop=controller.stop, report_files=report_files),
+            readonly=engine.capabilities.readonly,
+        )
         self._lock = threading.Lock()
         self._key: tuple[int, int] | None = None
         self._snapshot: Snapshot | None = None
@@ -40,24 +42,3 @@ class LoadSource:
             snap = replace(base, load=load, seq=base.seq + load.seq)
             self._key, self._snapshot = key, snap
             return snap
-
-    @property
-    def recorder(self):
-        """The run's recorder (lpxtop/load/recording.py), for the dashboard's `b`; None with --no-record."""
-        return getattr(self.engine, "recorder", None)
-
-    def stop_load(self) -> None:
-        """`q` / Ctrl-C in the dashboard: stop the test at once (the report of finished steps is kept)."""
-        self.controller.stop()
-
-    def set_paused(self, paused: bool) -> None:
-        self.engine.set_paused(paused)  # pauses the scrapes; the load test runs on
-
-    def reset(self) -> None:
-        self.engine.reset()
-
-    def set_interval(self, seconds: float) -> None:
-        self.engine.set_interval(seconds)
-
-    def request_surge(self, on: bool) -> None:
-        pass

@@ -21,6 +21,7 @@ from pathlib import Path
 from lpxtop.engine.agent.prober import agent_view, wants_agent, with_agent
 from lpxtop.engine.agent.window import AgentWindow
 from lpxtop.engine.gpu.accel.energy import REPLAY_LOOKBACK_S, EnergyMeter
+from lpxtop.engine.source import Capabilities
 from lpxtop.engine.stats import EndpointWindow, server_kind
 from lpxtop.engine.traces.join import TraceJoin
 from lpxtop.engine.traces.views import with_chain
@@ -228,12 +229,9 @@ class TimelineState:
 class ReplaySource:
     """A recording as a SnapshotSource: `snapshot()` is the state at the timeline's position.
 
-    The UI finds the extra controls on `timeline` (absent on the live engine). Commands that make no
-    sense for a recording (pause probing, reset, interval, surge) do nothing; the UI says why.
+    It declares a `timeline` (play, pause, step, speed, jump) and no controls: the keys that steer a live
+    measurement move the timeline instead, or say why they do nothing.
     """
-
-    readonly = True
-    is_demo = False
 
     def __init__(self, path: str | Path, *, at: float | None = None, playing: bool | None = None,
                  speed: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
@@ -262,6 +260,7 @@ class ReplaySource:
         self._seq = 0
         self._first: tuple[int, float, Snapshot] | None | bool = None
         self.timeline = Timeline(self, at=at, playing=playing, speed=speed, clock=clock)
+        self.capabilities = Capabilities(timeline=self.timeline, readonly=True)
 
     # ---- SnapshotSource ----
 
@@ -280,18 +279,6 @@ class ReplaySource:
         self._seq += 1
         self._built_at = None
         return self.state.snapshot(t, self._seq)
-
-    def set_paused(self, paused: bool) -> None:
-        self.timeline.play(not paused)
-
-    def reset(self) -> None:
-        pass
-
-    def set_interval(self, seconds: float) -> None:
-        pass
-
-    def request_surge(self, on: bool) -> None:
-        pass
 
     def close(self) -> None:
         self.recording.close()

@@ -1,7 +1,8 @@
 """The Textual app: polls a SnapshotSource at 1–2 Hz and hands new snapshots to the screen on top.
 
 `create_app` is the one factory the CLI and the tests use. The app never waits on the network: it reads
-`source.snapshot()` (an attribute read on the live engine) and calls the source's non-blocking setters.
+`source.snapshot()` (an attribute read on the live engine) and calls the non-blocking setters of what the
+source declares it can do (`source.capabilities`: lpxtop/engine/source.py); it looks for nothing else.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from textual.app import App
 from textual.binding import Binding
@@ -20,14 +23,18 @@ from textual.screen import ModalScreen, Screen
 from textual.theme import Theme
 
 from lpxtop.engine.runner import PUBLISH_EVERY_S
-from lpxtop.engine.source import SnapshotSource
+from lpxtop.engine.source import Capabilities, Recorder, SnapshotSource
 from lpxtop.model.snapshot import Snapshot
 from lpxtop.ui.formatting import merge_thresholds
 from lpxtop.ui.palette import Palette, monochrome_palette, palette_from_variables
 from lpxtop.ui.replay_keys import REPLAY_BINDINGS, ReplayActions
+from lpxtop.ui.screens.base import LpxtopScreen, SnapshotScreen
 from lpxtop.ui.screens.help import HelpScreen
 from lpxtop.ui.screens.main import MainScreen
 from lpxtop.ui.theming import DEFAULT_THEME, ThemeCatalog, discover_themes, load_theme, variable_defaults
+
+if TYPE_CHECKING:
+    from lpxtop.record.compare import Comparison
 
 INTERVAL_STEP = 1.5
 INTERVAL_MIN_S, INTERVAL_MAX_S = 0.25, 60.0
@@ -92,21 +99,25 @@ class LpxtopApp(ReplayActions, App):
         readonly: bool,
         thresholds: Mapping[str, tuple[float, float]],
         poll: bool,
+        capabilities: Capabilities,
+        surge: Callable[[bool], None] | None = None,
+        comparison: Comparison | None = None,
         on_ready: Callable[[], None] | None = None,
     ) -> None:
         super().__init__()
         self._on_ready_callback = on_ready
         self.source = source
+        self.capabilities = capabilities  # what the source can do, with what the command line attached
         self.catalog = catalog
         self.ssh = ssh
         self.refresh_s = refresh_s
         self.readonly = readonly
         self.thresholds = thresholds
-        self.is_demo = bool(getattr(source, "is_demo", False))
-        # Optional parts of a source, discovered: a replay's time controls, a live recorder (`b`)
-        self.timeline = getattr(source, "timeline", None)
-        self.recorder = getattr(source, "recorder", None)
-        self.comparison = None  # set by `lpxtop replay A --compare B`: shown on top at start
+        self._surge = surge
+        self.is_demo = surge is not None
+        self.timeline = capabilities.timeline  # a replay's clock: the replay keys and the time bar
+        self.recorder = capabilities.recorder  # a live recording: REC, `b`
+        self.comparison = comparison  # `lpxtop replay A --compare B`: shown on top at start
         self.poll_enabled = poll
         self.snapshot: Snapshot | None = None
         self.paused = False
@@ -161,7 +172,7 @@ class LpxtopApp(ReplayActions, App):
             self._rerender_screen()
         if self.poll_enabled:
             self.set_interval(self.refresh_s, self.poll, name="snapshot-poll")
-            if callable(getattr(self.source, "warming_up", None)):
+            if self.capabilities.warming_up is not None:
                 self._first_figures_until = time.monotonic() + FIRST_FIGURES_POLL_MAX_S
                 self._first_figures_timer = self.set_interval(FIRST_FIGURES_POLL_S, self._poll_first_figures,
                                                               name="first-figures-poll")
@@ -172,7 +183,8 @@ class LpxtopApp(ReplayActions, App):
         """Read snapshots often while the source is still warming up (the live engine: until every endpoint's
         first probe is in), so the first figures show within a poll of being measured, not a refresh later."""
         self.poll()
-        if not self.source.warming_up() or time.monotonic() > self._first_figures_until:  # type: ignore[attr-defined]
+        warming_up = self.capabilities.warming_up
+        if warming_up is None or not warming_up() or time.monotonic() > self._first_figures_until:
             self._first_figures_timer.stop()
 
     def on_ready(self) -> None:
@@ -195,7 +207,7 @@ class LpxtopApp(ReplayActions, App):
         return QuietLinuxDriver if driver is LinuxDriver else driver
 
     def get_default_screen(self) -> Screen:
-        if getattr(self.source, "load_run", False):  # `lpxtop load`: the load test's own screen
+        if self.capabilities.load is not None:  # `lpxtop load`: the load test's own screen
             from lpxtop.ui.screens.load import LoadScreen
 
             return LoadScreen()
@@ -220,27 +232,25 @@ class LpxtopApp(ReplayActions, App):
             return  # the app is closing
         if isinstance(screen, ModalScreen):
             return  # nothing visible changes under a dialog; the screen catches up on resume
-        show = getattr(screen, "show_snapshot", None)
-        if show is not None:
-            show(snap)
+        if isinstance(screen, SnapshotScreen):
+            screen.show_snapshot(snap)
 
     def _rerender_screen(self, force: bool = False) -> None:
         for screen in self.screen_stack:
-            rerender = getattr(screen, "rerender", None)
-            if rerender is not None and screen is self.screen:
-                rerender(force=force)
-            elif rerender is not None and force:
+            if not isinstance(screen, LpxtopScreen):
+                continue
+            if screen is self.screen:
+                screen.rerender(force=force)
+            elif force:
                 # Screens underneath redraw in the new theme when they come back.
-                screen.call_later(rerender, force)
+                screen.call_later(screen.rerender, force)
 
     # Actions
 
     def action_interrupt(self) -> None:
         """Ctrl+C: what `q` does on the screen on top (a load test stops and writes its report), else quit."""
         for screen in reversed(self.screen_stack):
-            stop = getattr(screen, "action_stop_test", None)
-            if stop is not None:
-                stop(True)
+            if isinstance(screen, SnapshotScreen) and screen.interrupt():
                 return
         self.exit()
 
@@ -248,26 +258,31 @@ class LpxtopApp(ReplayActions, App):
         """The help of the screen on top: its own keys (each screen says what they are: `help_page`)."""
         if isinstance(self.screen, HelpScreen):
             return
-        page = getattr(self.screen, "help_page", None)
-        if callable(page):
-            self.push_screen(HelpScreen(page()))
+        page = self.screen.help_page() if isinstance(self.screen, LpxtopScreen) else None
+        if page is not None:
+            self.push_screen(HelpScreen(page))
 
-    def _refused(self, action: str) -> bool:
-        """True (and says why) when the source does not do `action` (the fleet view has no probing to steer)."""
-        refusal = getattr(self.source, "refusal", None)
-        reason = refusal(action) if callable(refusal) else None
+    def _controls(self, action: str):
+        """The source's controls for `action`; None (and says why) when it has none (the fleet view has no
+        probing to steer)."""
+        controls = self.capabilities.controls
+        reason = self.capabilities.refusals.get(action)
+        if controls is None and not reason:
+            reason = f"{action} does nothing here: this view does not steer probing"
         if reason:
             self.notify(reason, severity="warning", timeout=5)
-        return bool(reason)
+            return None
+        return controls
 
     def action_pause(self) -> None:
         if self.timeline is not None:
             self.action_replay_play()
             return
-        if self._refused("pause"):
+        controls = self._controls("pause")
+        if controls is None:
             return
         self.paused = not self.paused
-        self.source.set_paused(self.paused)
+        controls.set_paused(self.paused)
         self.notify("probing paused (p resumes)" if self.paused else "probing resumed", timeout=2)
         self._rerender_screen()
 
@@ -275,9 +290,10 @@ class LpxtopApp(ReplayActions, App):
         if self.timeline is not None:
             self.notify("a replay shows the recording's statistics: r (reset) does nothing here", timeout=3)
             return
-        if self._refused("reset"):
+        controls = self._controls("reset")
+        if controls is None:
             return
-        self.source.reset()
+        controls.reset()
         self.notify("statistics reset", timeout=2)
         if self.poll_enabled:
             self.set_timer(POLL_AFTER_COMMAND_S, self.poll, name="poll-after-reset")
@@ -286,7 +302,8 @@ class LpxtopApp(ReplayActions, App):
         if self.timeline is not None:  # as the footer says: + slower, - faster
             self.action_replay_speed(-direction)
             return
-        if self._refused("interval"):
+        controls = self._controls("interval")
+        if controls is None:
             return
         factor = INTERVAL_STEP if direction > 0 else 1 / INTERVAL_STEP
         new = round(min(INTERVAL_MAX_S, max(INTERVAL_MIN_S, self.interval_s * factor)), 3)
@@ -295,7 +312,7 @@ class LpxtopApp(ReplayActions, App):
                         timeout=2)
             return
         self.interval_s = new
-        self.source.set_interval(new)
+        controls.set_interval(new)
         self._rerender_screen()
 
     def action_cycle_theme(self) -> None:
@@ -307,11 +324,11 @@ class LpxtopApp(ReplayActions, App):
         self.notify(f"theme: {self.theme}", timeout=2)
 
     def action_surge(self) -> None:
-        if not self.is_demo:
+        if self._surge is None:
             self.notify("g (load surge) only works in `lpxtop demo`", timeout=3)
             return
         self.surge = not self.surge
-        self.source.request_surge(self.surge)
+        self._surge(self.surge)
         self.notify("demo surge on: watch TTFT and the queue grow" if self.surge else "demo surge off", timeout=3)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -319,7 +336,7 @@ class LpxtopApp(ReplayActions, App):
             return self.timeline is not None
         if action == "compare":
             return self.comparison is not None
-        if action in ("pause", "reset", "interval") and getattr(self.source, "load_run", False):
+        if action in ("pause", "reset", "interval") and self.capabilities.load is not None:
             return False  # a load test runs no probes: nothing to pause, reset or pace
         return action != "surge" or self.is_demo  # g is hidden from the footer outside the demo
 
@@ -335,6 +352,9 @@ def create_app(
     thresholds: Mapping[str, tuple[float, float]] | None = None,
     poll: bool = True,
     on_ready: Callable[[], None] | None = None,
+    recorder: Recorder | None = None,
+    demo: Callable[[bool], None] | None = None,
+    comparison: Comparison | None = None,
 ) -> LpxtopApp:
     """Build the app (the CLI and the tests use this one factory).
 
@@ -343,11 +363,14 @@ def create_app(
     refresh_s: how often the UI reads the snapshot and repaints (default 2 s).
     ssh: treat the terminal as remote (default: SSH_CONNECTION is set): no animation, no blink.
     no_color: monochrome output (default: the NO_COLOR environment variable, which Textual honours).
-    readonly: refuse process signals (also when the source says it is read-only).
+    readonly: refuse process signals (also when the source declares itself read-only).
     thresholds: (warning, critical) limits overriding formatting.DEFAULT_THRESHOLDS.
     poll: False keeps the poll timer off (one read at start): for snapshot tests.
     on_ready: called once the first frame is displayed (the CLI starts the engine there, so that
         start-up work does not delay the first probes' timestamps).
+    recorder: the live recording beside the source (the header shows REC, `b` bookmarks).
+    demo: `lpxtop demo`'s load surge switch (`g`); None elsewhere.
+    comparison: `lpxtop replay A --compare B`'s figures, shown on top at start (`c` brings them back).
     """
     catalog = discover_themes()
     theme_name = theme or DEFAULT_THEME
@@ -357,15 +380,21 @@ def create_app(
         ssh = bool(os.environ.get("SSH_CONNECTION"))
     if refresh_s is None:
         refresh_s = REFRESH_S
+    capabilities = source.capabilities
+    if recorder is not None:
+        capabilities = replace(capabilities, recorder=recorder)
     app = LpxtopApp(
         source,
         catalog=catalog,
         theme_name=theme_name,
         refresh_s=max(0.1, refresh_s),
         ssh=ssh,
-        readonly=bool(readonly or getattr(source, "readonly", False)),
+        readonly=bool(readonly or capabilities.readonly),
         thresholds=merge_thresholds(thresholds),
         poll=poll,
+        capabilities=capabilities,
+        surge=demo,
+        comparison=comparison,
         on_ready=on_ready,
     )
     if no_color and not app.no_color:

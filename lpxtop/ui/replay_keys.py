@@ -1,8 +1,9 @@
 """Keys for a replay's timeline, and `b` (bookmark) for a live recording: a mixin of LpxtopApp's actions.
 
-The app finds a source's `timeline` (lpxtop/record/replay.py) and a live engine's `recorder`
-(lpxtop/record/recorder.py) by attribute; without them these keys are hidden (replay keys) or answer
-what to do (`b`). A replay reads a local file, so after a key the app polls at once.
+The app takes a replay's `timeline` (lpxtop/record/replay.py) and a live `recorder`
+(lpxtop/record/recorder.py) from what the source and the command line declare (lpxtop/engine/source.py
+Capabilities); without them these keys are hidden (replay keys) or answer what to do (`b`). A replay
+reads a local file, so after a key the app polls at once.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from textual.binding import Binding
 
+from lpxtop.engine.source import Recorder, Timeline
 from lpxtop.record.timeparse import HELP as TIME_FORMS
 from lpxtop.record.timeparse import format_moment
+from lpxtop.ui.screens.base import SnapshotScreen
 
 REPLAY_BINDINGS = (
     Binding("space", "replay_play", "play/pause"),
@@ -37,8 +40,8 @@ class ReplayActions:
     """Mixed into LpxtopApp, which provides these attributes and Textual's App methods (notify,
     push_screen, screen) besides its own poll()."""
 
-    timeline: Any  # lpxtop.record.replay.Timeline, or None on a live source
-    recorder: Any  # lpxtop.record.recorder.Recorder, or None when not recording
+    timeline: Timeline | None  # a replay's clock; None on a live source
+    recorder: Recorder | None  # a live recording; None when not recording
     comparison: Any  # lpxtop.record.compare.Comparison, or None
     screen: Any
 
@@ -49,13 +52,8 @@ class ReplayActions:
 
     def _timeline_moved(self, message: str | None = None) -> None:
         self.poll()
-        refresh = getattr(self.screen, "refresh_timebar", None)
-        if refresh is not None:
-            refresh()
-        else:
-            rerender = getattr(self.screen, "rerender", None)  # the detail screen: its charts too, at once
-            if rerender is not None:
-                rerender(force=True)
+        if isinstance(self.screen, SnapshotScreen):
+            self.screen.timeline_moved()
         if message:
             self.notify(message, timeout=2)
 

@@ -291,7 +291,8 @@ def test_queries_documented_are_the_ones_sent():
 
 def test_fleet_source_refuses_the_controls_that_steer_probing():
     source = FleetSource(FleetSettings(prometheus_url="http://127.0.0.1:9"))
-    assert source.readonly
+    capabilities = source.capabilities
+    assert capabilities.readonly and capabilities.controls is None
     for action in ("pause", "reset", "interval", "signal"):
-        assert "fleet view" in source.refusal(action)
-    assert source.refusal("theme") is None
+        assert "fleet view" in capabilities.refusals[action]
+    assert "theme" not in capabilities.refusals

@@ -7,7 +7,7 @@ from __future__ import annotations
 from lpxtop.engine.source import FixedSource
 from lpxtop.fleet.build import Reading
 from lpxtop.fleet.client import Answer, Series
-from lpxtop.fleet.source import REFUSALS, FleetSettings, build_snapshot
+from lpxtop.fleet.source import FleetSettings, build_snapshot, fleet_capabilities
 from lpxtop.ui.app import create_app
 from lpxtop.ui.widgets.endpoints_table import EndpointsTable
 from lpxtop.ui.widgets.header_bar import HeaderBar
@@ -15,14 +15,10 @@ from tests.support.fleet_readings import lpxtop_reading, s
 
 
 class FixedFleet(FixedSource):
-    """A fixed snapshot that answers the controls as the fleet view does."""
+    """A fixed snapshot that declares what the fleet view does (no controls, and why)."""
 
-    default_sort = "worst"
-    interval_label = "refresh"
-
-    def refusal(self, action: str) -> str | None:
-        text = REFUSALS.get(action)
-        return None if text is None else text.format(window="5m", refresh=5.0)
+    def __init__(self, snapshot) -> None:
+        super().__init__(snapshot, capabilities=fleet_capabilities("5m", 5.0))
 
 
 def fleet_snapshot():
@@ -50,7 +46,7 @@ def fleet_snapshot():
 
 
 def make_fleet_app():
-    source = FixedFleet(fleet_snapshot(), readonly=True)
+    source = FixedFleet(fleet_snapshot())
     return source, create_app(source, poll=False, readonly=True, ssh=False)
 
 

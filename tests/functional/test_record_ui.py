@@ -114,8 +114,8 @@ class FakeRecorder:
 
 async def test_b_bookmarks_the_moment_while_recording_and_says_how_otherwise():
     source = SwitchableSource(fixed_snapshot())
-    source.recorder = FakeRecorder()
-    app = create_app(source, poll=False, ssh=False)
+    recorder = FakeRecorder()
+    app = create_app(source, poll=False, ssh=False, recorder=recorder)
     async with app.run_test(size=SIZE) as pilot:
         assert "● REC" in text_of(app.screen.query_one("#header", Static))
         before = time.time()
@@ -125,7 +125,7 @@ async def test_b_bookmarks_the_moment_while_recording_and_says_how_otherwise():
         app.screen.query_one(Input).value = "deployed the new driver"
         await pilot.press("enter")
         await pilot.pause()
-    ((note, at),) = source.recorder.bookmarks
+    ((note, at),) = recorder.bookmarks
     assert note == "deployed the new driver" and before <= at <= time.time()
     plain = create_app(SwitchableSource(fixed_snapshot()), poll=False, ssh=False)
     async with plain.run_test(size=SIZE) as pilot:

@@ -220,7 +220,8 @@ def test_exporter_serves_the_chain_histograms():
 def test_the_demo_runs_a_receiver_and_its_simulators_spans_join():
     from lpxtop.demo import start_demo
 
-    with start_demo(interval_s=0.3) as engine:
+    with start_demo(interval_s=0.3) as demo:
+        engine = demo.engine
         engine.start()
         wait_for(lambda: any(v.chain is not None and v.chain.probes_joined >= 2 for v in engine.snapshot().endpoints),
                  timeout=60.0, step=0.5)

@@ -254,7 +254,7 @@ async def test_g_toggles_the_surge_in_the_demo_only():
         await pilot.press("g")
         await pilot.press("g")
         await pilot.pause()
-        assert source.calls == [("request_surge", True), ("request_surge", False)]
+        assert source.calls == [("surge", True), ("surge", False)]
     source, app = make_app(demo=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("g")

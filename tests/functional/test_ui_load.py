@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 
 from lpxtop.cli.load import build_load_engine
+from lpxtop.engine.source import Capabilities, LoadTest
 from lpxtop.load.controller import LoadController
 from lpxtop.load.report import report_json, steps_csv
 from lpxtop.load.server_window import ServerWatch
@@ -30,18 +31,19 @@ pytestmark = pytest.mark.timeout(60)
 
 
 class FixedLoadSource(SwitchableSource):
-    load_run = True
+    """A fixed load run: it declares the load test, whose `stop` the screen calls; `report_files` as the CLI
+    gives them."""
 
-    def __init__(self, snapshot) -> None:
-        super().__init__(snapshot)
+    def __init__(self, snapshot, report_files: tuple[str, ...] = ()) -> None:
+        super().__init__(snapshot, capabilities=Capabilities(load=LoadTest(self.stop, report_files)))
         self.stopped = False
 
-    def stop_load(self) -> None:
+    def stop(self) -> None:
         self.stopped = True
 
 
-def fixed_app(finished: bool = False):
-    source = FixedLoadSource(load_snapshot(finished=finished))
+def fixed_app(finished: bool = False, report_files: tuple[str, ...] = ()):
+    source = FixedLoadSource(load_snapshot(finished=finished), report_files)
     return source, create_app(source, poll=False, ssh=False)
 
 
@@ -238,8 +240,7 @@ async def test_marks_are_explained_and_the_verdict_is_never_cut_at_80x24():
 
 
 async def test_the_done_state_names_the_report_files():
-    source, app = fixed_app(finished=True)
-    source.report_files = ("/tmp/run.json", "/tmp/steps.csv")
+    source, app = fixed_app(finished=True, report_files=("/tmp/run.json", "/tmp/steps.csv"))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         status = " ".join(text_of(app.screen.query_one("#load-status")).split())

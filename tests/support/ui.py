@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 from dataclasses import replace
 
-from lpxtop.engine.source import FixedSource
+from lpxtop.engine.source import Capabilities, FixedSource
 from lpxtop.model.snapshot import Snapshot
 from lpxtop.ui.app import LpxtopApp, create_app
 from tests.support.snapshot_data import fixed_snapshot
@@ -17,9 +17,8 @@ from tests.support.snapshot_data import fixed_snapshot
 class SwitchableSource(FixedSource):
     """A FixedSource whose snapshot a test can replace, as the engine publishes new ones."""
 
-    def __init__(self, snapshot: Snapshot, readonly: bool = False, is_demo: bool = False) -> None:
-        super().__init__(snapshot, readonly=readonly)
-        self.is_demo = is_demo
+    def __init__(self, snapshot: Snapshot, readonly: bool = False, capabilities: Capabilities | None = None) -> None:
+        super().__init__(snapshot, readonly=readonly, capabilities=capabilities)
         self.reads = 0
 
     def snapshot(self) -> Snapshot:
@@ -32,9 +31,12 @@ class SwitchableSource(FixedSource):
 
 def make_app(snapshot: Snapshot | None = None, *, readonly: bool = False, demo: bool = False,
              **kwargs) -> tuple[SwitchableSource, LpxtopApp]:
-    """An app over a fixed snapshot with the poll timer off (tests call app.poll() themselves)."""
-    source = SwitchableSource(snapshot or fixed_snapshot(), readonly=readonly, is_demo=demo)
+    """An app over a fixed snapshot with the poll timer off (tests call app.poll() themselves); with `demo`,
+    the demo's surge switch records into the source's `calls` as ("surge", on)."""
+    source = SwitchableSource(snapshot or fixed_snapshot(), readonly=readonly)
     kwargs.setdefault("ssh", False)
+    if demo:
+        kwargs["demo"] = lambda on: source.calls.append(("surge", on))
     return source, create_app(source, poll=False, readonly=readonly, **kwargs)
 
 

@@ -75,7 +75,9 @@ def test_calibration_aims_at_the_servers_token_count():
         # every request as sent: its first words shuffled, the same words; the length never varies
         starts = FreshStarts(endpoint.prompt, head)
         prompts = {starts.next() for _ in range(20)}
-        assert len(prompts) == 20 and {server_tokens(p) for p in prompts} == {target}
+        # a short prompt has few orders (16 tokens: 7 words shuffled, 5040 orders): two of 20 draws are the
+        # same in ~3 % of runs, and three or more almost never
+        assert len(prompts) >= 18 and {server_tokens(p) for p in prompts} == {target}
         assert all(sorted(p.split()) == sorted(endpoint.prompt.split()) for p in prompts)
         assert all(p.split()[0] == endpoint.prompt.split()[0] for p in prompts)
     assert all(len(w) <= 5 for w in FILLER_WORDS)

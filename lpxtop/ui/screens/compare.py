@@ -13,11 +13,11 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from lpxtop.record.compare import Comparison, fmt_change, fmt_value
 from lpxtop.ui.palette import Palette
+from lpxtop.ui.screens.base import LpxtopScreen
 from lpxtop.ui.screens.help import QUIT_ROWS, HelpPage
 
 
@@ -58,7 +58,7 @@ def render_comparison(comparison: Comparison, palette: Palette) -> Group:
     return Group(*parts)
 
 
-class CompareScreen(Screen):
+class CompareScreen(LpxtopScreen):
     """Two recordings side by side; Esc returns to the replay of A."""
 
     BINDINGS = [Binding("escape", "back", "back to the replay of A")]

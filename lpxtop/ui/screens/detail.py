@@ -10,13 +10,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
 from textual.css.query import NoMatches
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, Tabs
 
 from lpxtop.model.snapshot import EndpointView, Snapshot
 from lpxtop.ui.formatting import fmt_ago, fmt_ms_unit, fmt_pct, fmt_rate, pack_chunks, truncate
 from lpxtop.ui.palette import Palette
-from lpxtop.ui.screens import already_shown
+from lpxtop.ui.screens.base import SnapshotScreen
 from lpxtop.ui.screens.help import HelpPage, detail_help
 from lpxtop.ui.widgets.agent_panel import AgentPanel
 from lpxtop.ui.widgets.chain_panel import ChainPanel
@@ -83,7 +82,7 @@ def settings_text(view: EndpointView) -> str:
     return "\n".join(lines)
 
 
-class DetailScreen(Screen):
+class DetailScreen(SnapshotScreen):
     """One endpoint, by name; follows new snapshots while it is on top."""
 
     BINDINGS = [
@@ -97,11 +96,9 @@ class DetailScreen(Screen):
     def __init__(self, endpoint_name: str) -> None:
         super().__init__()
         self.endpoint_name = endpoint_name
-        self._snap: Snapshot | None = None
         self._errors_key: tuple | None = None
         self._settings_key: object = None
         self._server_key: object = None
-        self._mounted = False  # the app's poll can hand a snapshot over before on_mount made the tables
         self._charts_drawn_at = float("-inf")
         self._chain_tab = False
 
@@ -125,16 +122,13 @@ class DetailScreen(Screen):
         table.add_column("Class", key="class", width=20)
         table.add_column("HTTP", key="http", width=4)
         table.add_column("Message", key="message")
-        self._mounted = True
         self.set_class(self.size.width >= WIDE, "-wide")
-        snap = self._snap if self._snap is not None else getattr(self.app, "snapshot", None)
-        self._snap = None  # one handed over before now was kept, not drawn
+        snap = self.app.snapshot  # type: ignore[attr-defined]
         await self._add_agent_tab(snap)
         view = next((v for v in snap.endpoints if v.key == self.endpoint_name), None) if snap else None
         if view is not None and view.chain is not None:
             await self._add_chain_tab()
-        if snap is not None:
-            self.show_snapshot(snap)
+        self.begin_drawing()
 
     def _add_chain_tab(self):
         """A Chain tab (the probes joined to their server spans) for an endpoint with a chain, after Server."""
@@ -158,23 +152,9 @@ class DetailScreen(Screen):
     def on_resize(self) -> None:
         self.set_class(self.size.width >= WIDE, "-wide")
 
-    def on_screen_resume(self) -> None:
-        snap = getattr(self.app, "snapshot", None)
-        if snap is not None:
-            self.show_snapshot(snap)
-
-    def show_snapshot(self, snap: Snapshot) -> None:
-        """Render `snap` unless it is the one already shown."""
-        if already_shown(self._snap, snap):
-            return
-        self._snap = snap
-        if self._mounted:
-            self.rerender()
-
-    def rerender(self, force: bool = False) -> None:
+    def draw(self, force: bool) -> None:
         snap = self._snap
-        if snap is None:
-            return
+        assert snap is not None
         try:
             summary = self.query_one("#detail-summary", Static)
         except NoMatches:
@@ -254,4 +234,4 @@ class DetailScreen(Screen):
 
     def help_page(self) -> HelpPage:
         app = self.app
-        return detail_help(demo=getattr(app, "is_demo", False), replay=getattr(app, "timeline", None) is not None)
+        return detail_help(demo=app.is_demo, replay=app.timeline is not None)  # type: ignore[attr-defined]

@@ -12,14 +12,13 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import Screen
 from textual.widgets import Footer
 
 from lpxtop.model.load import LoadState
 from lpxtop.model.snapshot import Snapshot
 from lpxtop.ui.formatting import fmt_duration
 from lpxtop.ui.palette import Palette
-from lpxtop.ui.screens import already_shown
+from lpxtop.ui.screens.base import SnapshotScreen
 from lpxtop.ui.screens.help import HelpPage
 from lpxtop.ui.widgets.alerts_bar import AlertsBar
 from lpxtop.ui.widgets.gpu_panel import GpuLine, GpuPanel, energy_by_device, no_gpu
@@ -67,7 +66,7 @@ def render_load_header(snap: Snapshot, load: LoadState, palette: Palette) -> Tex
     return text
 
 
-class LoadScreen(Screen):
+class LoadScreen(SnapshotScreen):
     """What a load test shows while it runs, and after it ends (until `q`)."""
 
     DEFAULT_CSS = """
@@ -82,15 +81,13 @@ class LoadScreen(Screen):
     """
 
     BINDINGS = [
-        Binding("q", "stop_test", "stop & quit"),  # Ctrl+C too: the app's priority binding calls action_stop_test
+        Binding("q", "stop_test", "stop & quit"),  # Ctrl+C too: the app's priority binding calls `interrupt`
         Binding("2", "toggle_panel('gpu-panel')", "GPU", show=False),
         Binding("3", "toggle_panel('host-panel')", "host", show=False),
     ]
 
     def __init__(self) -> None:
         super().__init__()
-        self._snap: Snapshot | None = None
-        self._mounted_once = False
         self._hidden: set[str] = set()  # panels hidden with 2 / 3
         self._no_gpu = False  # no GPU to show: one line says why, the host panel takes the row
 
@@ -120,11 +117,7 @@ class LoadScreen(Screen):
         self.query_one("#host-panel").border_title = "Host"
         self._apply_size_classes()
         self._apply_panels()
-        self._mounted_once = True
-        snap = getattr(self.app, "snapshot", None)
-        if snap is not None:
-            self._snap = None
-            self.show_snapshot(snap)
+        self.begin_drawing()
 
     def on_resize(self) -> None:
         self._apply_size_classes()
@@ -150,23 +143,7 @@ class LoadScreen(Screen):
         self.query_one("#load-lower").display = (self.query_one("#gpu-panel").display
                                                  or self.query_one("#host-panel").display)
 
-    def on_screen_resume(self) -> None:
-        snap = getattr(self.app, "snapshot", None)
-        if snap is not None:
-            self.show_snapshot(snap)
-
-    def show_snapshot(self, snap: Snapshot) -> None:
-        if already_shown(self._snap, snap):
-            return
-        self._snap = snap
-        if self._mounted_once:
-            self._draw(force=False)
-
-    def rerender(self, force: bool = False) -> None:
-        if self._snap is not None and self._mounted_once:
-            self._draw(force=force)
-
-    def _draw(self, force: bool) -> None:
+    def draw(self, force: bool) -> None:
         snap = self._snap
         assert snap is not None
         load = snap.load
@@ -176,10 +153,10 @@ class LoadScreen(Screen):
         if load is not None:
             self.query_one(HeaderBar).show(render_load_header(snap, load, palette))
             server = snap.endpoints[0].server if snap.endpoints else None
-            source = self.app.source  # type: ignore[attr-defined]
-            files = tuple(getattr(source, "report_files", ()))
-            recorder = getattr(source, "recorder", None)
-            recording = str(recorder.path) if getattr(recorder, "path", None) is not None else None
+            capabilities = self.app.capabilities  # type: ignore[attr-defined]
+            files = capabilities.load.report_files if capabilities.load is not None else ()
+            recorder = capabilities.recorder
+            recording = str(recorder.path) if recorder is not None and recorder.path is not None else None
             self.query_one(LoadStepPanel).show(load, server, snap.wall_time, palette, force=force, files=files,
                                                recording=recording)
             self.query_one(SweepCharts).show(load, force=force)
@@ -207,10 +184,14 @@ class LoadScreen(Screen):
     def help_page(self) -> HelpPage:
         return HelpPage("lpxtop load keys", LOAD_KEY_HELP, LOAD_LEGEND)
 
+    def interrupt(self) -> bool:
+        self.action_stop_test(True)
+        return True
+
     def action_stop_test(self, interrupted: bool = False) -> None:
-        stop = getattr(self.app.source, "stop_load", None)  # type: ignore[attr-defined]
-        if stop is not None:
-            stop()
+        load = self.app.capabilities.load  # type: ignore[attr-defined]
+        if load is not None:
+            load.stop()
         self.app.exit(return_code=INTERRUPTED if interrupted else 0)  # Ctrl-C: the shell's 130, as headless
 
     def action_toggle_panel(self, panel_id: str) -> None:

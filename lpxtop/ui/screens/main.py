@@ -7,10 +7,10 @@ import signal as signal_module
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from lpxtop.model.snapshot import EndpointView, Snapshot
+from lpxtop.ui.screens.base import SnapshotScreen
 from lpxtop.ui.screens.confirm import ConfirmSignalScreen
 from lpxtop.ui.screens.help import HelpPage, main_help
 from lpxtop.ui.widgets.alerts_bar import AlertsBar
@@ -34,7 +34,7 @@ WIDE = 150  # columns from which the lower panels get more room
 TALL = 36  # rows from which the alerts bar may show more lines
 
 
-class MainScreen(Screen):
+class MainScreen(SnapshotScreen):
     """Renders each new snapshot; hidden panels are skipped, unchanged widgets left alone."""
 
     BINDINGS = [
@@ -56,9 +56,7 @@ class MainScreen(Screen):
         self.sort_index = 0
         self.sort_reversed = False  # `I` (as htop): the sort's order inverted
         self.filter_text = ""
-        self._snap: Snapshot | None = None
         self._size_class: tuple[bool, bool] | None = None
-        self._mounted_once = False  # set once mounted: snapshots that arrive earlier are kept, drawn then
         self._message = EMPTY_MESSAGE  # what #empty-message shows
         self._hidden: set[str] = set()  # panels hidden with 1-4
         self._no_gpu = False  # no GPU to show: one line says why, the panel's room goes to the others
@@ -80,13 +78,13 @@ class MainScreen(Screen):
             with Vertical(id="side"):
                 yield HostPanel(id="host-panel", classes="panel")
                 yield PortsPanel(id="ports-panel", classes="panel")
-        if getattr(self.app, "timeline", None) is not None:
+        if self.app.timeline is not None:  # type: ignore[attr-defined]
             yield TimeBar(id="timebar")
         yield Input(placeholder="filter endpoints (Enter keeps, Esc clears)", id="filter")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
-        default_sort = getattr(getattr(self.app, "source", None), "default_sort", None)  # the fleet: worst first
+        default_sort = self.app.capabilities.default_sort  # type: ignore[attr-defined]  # the fleet: worst first
         keys = [k for k, _ in SORT_KEYS]
         if default_sort in keys:
             self.sort_index = keys.index(default_sort)
@@ -94,25 +92,15 @@ class MainScreen(Screen):
         self.query_one("#gpu-panel").border_title = "GPU"
         self.query_one("#host-panel").border_title = "Host"
         self.query_one("#ports-panel").border_title = "Ports & processes"
-        self.query_one("#filter", Input).cursor_blink = not getattr(self.app, "ssh", False)
+        self.query_one("#filter", Input).cursor_blink = not self.app.ssh  # type: ignore[attr-defined]
         self.query_one("#endpoints", EndpointsTable).focus()
         self._apply_size_classes()
         self._apply_panels()
-        self._mounted_once = True
-        snap = getattr(self.app, "snapshot", None)
-        if snap is not None:
-            self._snap = None
-            self.show_snapshot(snap)
+        self.begin_drawing()
 
     def on_resize(self) -> None:
         self._apply_size_classes()
         self.call_after_refresh(self.rerender)  # children have their new sizes after this refresh
-
-    def on_screen_resume(self) -> None:
-        # Back from the detail screen or a dialog: catch up with what arrived meanwhile.
-        snap = getattr(self.app, "snapshot", None)
-        if snap is not None:
-            self.show_snapshot(snap)
 
     def _apply_size_classes(self) -> None:
         wide, tall = self.size.width >= WIDE, self.size.height >= TALL
@@ -125,21 +113,6 @@ class MainScreen(Screen):
 
     # Rendering
 
-    def show_snapshot(self, snap: Snapshot) -> None:
-        """Render `snap` unless it is the one already shown."""
-        if self._snap is not None and snap is self._snap:
-            return
-        if self._snap is not None and snap.seq == self._snap.seq and snap.seq != 0:
-            return
-        self._snap = snap
-        if self._mounted_once:
-            self._draw(force=False)
-
-    def rerender(self, force: bool = False) -> None:
-        """Render the current snapshot again (after a key changed the view, a resize or a theme change)."""
-        if self._snap is not None and self._mounted_once:
-            self._draw(force=force)
-
     def visible_views(self) -> list[EndpointView]:
         """Endpoints after the filter and the sort, in display order."""
         if self._snap is None:
@@ -147,14 +120,14 @@ class MainScreen(Screen):
         return sort_views(filter_views(self._snap.endpoints, self.filter_text), self.sort_key,
                           reverse=self.sort_reversed)
 
-    def _draw(self, force: bool) -> None:
+    def draw(self, force: bool) -> None:
         snap = self._snap
         assert snap is not None
         app = self.app
         palette = app.palette  # type: ignore[attr-defined]
         thresholds = app.thresholds  # type: ignore[attr-defined]
-        replay = getattr(app, "timeline", None) is not None
-        recorder = getattr(app, "recorder", None)
+        replay = app.timeline is not None  # type: ignore[attr-defined]
+        recorder = app.recorder  # type: ignore[attr-defined]
         self.query_one(HeaderBar).show(
             render_header(
                 snap,
@@ -166,7 +139,7 @@ class MainScreen(Screen):
                 palette=palette,
                 replay=replay,
                 recording=None if recorder is None else ("on" if recorder.recording else "stopped"),
-                interval_label=getattr(getattr(app, "source", None), "interval_label", "probe"),
+                interval_label=app.capabilities.interval_label,  # type: ignore[attr-defined]
             )
         )
         if replay:
@@ -193,9 +166,12 @@ class MainScreen(Screen):
         if ports.display:
             ports.show(snap.ports, snap.leftovers, palette, force=force)
 
+    def timeline_moved(self) -> None:
+        self.refresh_timebar()
+
     def refresh_timebar(self, force: bool = False) -> None:
         """A replay's time bar (position, play state, speed, marks), redrawn when it changes."""
-        timeline = getattr(self.app, "timeline", None)
+        timeline = self.app.timeline  # type: ignore[attr-defined]
         if timeline is None or not self._mounted_once:
             return
         from lpxtop.record.timeparse import format_moment
@@ -206,7 +182,7 @@ class MainScreen(Screen):
         table = self.query_one(EndpointsTable)
         views = self.visible_views()
         message = self.query_one("#empty-message", Static)
-        empty = getattr(getattr(self.app, "source", None), "empty_message", None) or EMPTY_MESSAGE
+        empty = self.app.capabilities.empty_message or EMPTY_MESSAGE  # type: ignore[attr-defined]
         text = empty if not snap.endpoints else f"No endpoint matches the filter {self.filter_text!r}: Esc clears it."
         if not views and text != self._message:  # an update lays the screen out again: only on a change
             self._message = text
@@ -260,7 +236,7 @@ class MainScreen(Screen):
 
     def help_page(self) -> HelpPage:
         app = self.app
-        return main_help(demo=getattr(app, "is_demo", False), replay=getattr(app, "timeline", None) is not None)
+        return main_help(demo=app.is_demo, replay=app.timeline is not None)  # type: ignore[attr-defined]
 
     def action_filter(self) -> None:
         field = self.query_one("#filter", Input)
@@ -313,12 +289,11 @@ class MainScreen(Screen):
     def action_signal(self, name: str) -> None:
         """T / K: confirm, then signal the process selected in the ports panel."""
         sig = signal_module.SIGTERM if name == "TERM" else signal_module.SIGKILL
-        if getattr(self.app, "timeline", None) is not None:
+        if self.app.timeline is not None:  # type: ignore[attr-defined]
             self.notify("A replay cannot signal processes: they are the recording's, not this machine's now.",
                         title=f"SIG{name}", severity="warning")
             return
-        refusal = getattr(getattr(self.app, "source", None), "refusal", None)
-        reason = refusal("signal") if callable(refusal) else None
+        reason = self.app.capabilities.refusals.get("signal")  # type: ignore[attr-defined]
         if reason:  # a source whose processes are not on this machine (the fleet view)
             self.notify(reason, title=f"SIG{name}", severity="warning")
             return

@@ -51,7 +51,7 @@ class PromptScreen(ModalScreen[str | None]):
 
     def on_mount(self) -> None:
         field = self.query_one("#prompt-input", Input)
-        field.cursor_blink = not getattr(self.app, "ssh", False)
+        field.cursor_blink = not self.app.ssh  # type: ignore[attr-defined]
         field.focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
