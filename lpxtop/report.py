@@ -9,6 +9,7 @@ upstream forgot. Numbers that are not finite print as `--`.
 from __future__ import annotations
 
 from lpxtop.model.agent import AgentView
+from lpxtop.model.chain import ChainSummary
 from lpxtop.model.endpoint import PLATFORM_APIS
 from lpxtop.model.energy import EndpointEnergy
 from lpxtop.model.probe import Percentiles
@@ -88,6 +89,8 @@ def render_table(snapshot: Snapshot) -> str:
         server_line = _server_latency_line(e)
         if server_line:
             lines.append(server_line)
+        if e.chain is not None:
+            lines.append(f"{name}: {_chain_line(e.chain)}")
         if e.last_error:
             lines.append(f"{name}: last error: {_text(e.last_error)}")
         if e.server is not None and e.server.status != "ok":
@@ -200,6 +203,18 @@ def _server_latency_line(e: EndpointView) -> str | None:
     elif parts:
         parts.append(f"outside engine --: {gap.reason}")
     return f"{_text(e.name)}: server {', '.join(parts)}" if parts else None
+
+
+def _chain_line(chain: ChainSummary) -> str:
+    """How many probes joined their server spans (--traces-listen), and what the spans said."""
+    sent = chain.probes_joined + chain.probes_unjoined + chain.probes_pending
+    text = f"server spans: {chain.probes_joined} of {sent} probes joined"
+    if chain.unjoined_reasons:
+        text += " (unjoined: " + ", ".join(f"{k} {n}" for k, n in sorted(chain.unjoined_reasons.items())) + ")"
+    parts = [f"{label} p50 {_ms(p)}" for label, p in (("queue", chain.queue_ms), ("prefill", chain.prefill_ms),
+                                                       ("server TTFT", chain.server_ttft_ms),
+                                                       ("outside", chain.outside_ms)) if p is not None]
+    return text + ("; " + ", ".join(parts) + " ms" if parts else "")
 
 
 def _gpu_line(snapshot: Snapshot) -> str:

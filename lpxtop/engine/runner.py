@@ -109,6 +109,7 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
         self._seq = 0
         self._dirty = True
         self._alert_sources: list[Callable[[], tuple[Alert, ...]]] = []
+        self._snapshot_hooks: list[Callable[[Snapshot], Snapshot]] = []
         self._energy = EnergyMeter()
         self._snapshot = self._build_snapshot()
         self._loop_thread: LoopThread | None = None
@@ -156,6 +157,16 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
     def remove_listener(self, listener: Callable[[EngineEvent], None]) -> None:
         with contextlib.suppress(ValueError):
             self._listeners.remove(listener)
+
+    def post_event(self, event: EngineEvent) -> None:
+        """Hand an input measured off the engine's loop (a joined server span: engine/traces/feed.py) to the
+        listeners, on the loop when it runs. Any thread."""
+        self._call(self._emit, event)
+
+    def add_snapshot_hook(self, hook: Callable[[Snapshot], Snapshot]) -> None:
+        """`hook(snapshot)` -> the snapshot with what it adds (the latency chain), before the alert rules; on
+        the engine's loop: it must return at once. One that raises is logged and skipped."""
+        self._snapshot_hooks.append(hook)
 
     def add_alert_source(self, source: Callable[[], tuple[Alert, ...]]) -> None:
         """Alerts from outside the engine's rules (e.g. "recording stopped: disk full"), added to every
@@ -362,6 +373,11 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
             snapshot = self._energy.apply(snapshot)
         except Exception:  # noqa: BLE001
             log.exception("energy per token failed")
+        for hook in self._snapshot_hooks:
+            try:
+                snapshot = hook(snapshot)
+            except Exception:  # noqa: BLE001
+                log.exception("snapshot hook %r failed", hook)
         if self._alerts is not None:
             try:
                 snapshot = replace(snapshot, alerts=self._alerts.evaluate(snapshot, now))

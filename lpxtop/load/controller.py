@@ -92,11 +92,19 @@ class LoadController:
         self._request_listeners: list[Callable[[int, RequestRecord], None]] = []
         self._sample_listeners: list[Callable[[int, str, Sample], None]] = []
         self._changed: list[Callable[[LoadState], None]] = []
+        self._state_hooks: list[Callable[[LoadState], LoadState]] = []
 
     # ---- any thread ----
 
     def state(self) -> LoadState:
-        return self._state
+        state = self._state
+        for hook in self._state_hooks:  # what arrives after a step ended (its server spans: load/chain.py)
+            state = hook(state)
+        return state
+
+    def add_state_hook(self, hook: Callable[[LoadState], LoadState]) -> None:
+        """`hook(state)` -> the state with what it adds, for every reader of `state()` (any thread)."""
+        self._state_hooks.append(hook)
 
     def add_mark_listener(self, listener: MarkListener) -> None:
         """`listener(kind, payload, wall_time)` for "load_start", "load_step_start", "load_step_end",

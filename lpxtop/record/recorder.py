@@ -383,7 +383,7 @@ class Recorder:
         if snap.wall_time >= self._next_keyframe:
             self._next_keyframe = snap.wall_time + KEYFRAME_EVERY_S
             bare = replace(snap, endpoints=tuple(
-                replace(v, samples=(), server_history=(),
+                replace(v, samples=(), server_history=(), chain=None,  # the chain: rebuilt from its ChainEvents
                         agent=replace(v.agent, samples=()) if v.agent is not None else None)
                 for v in snap.endpoints))
             self._encoder.type_name(Snapshot)

@@ -39,6 +39,15 @@ DRAIN_TIMEOUT_S = 0.5
 MAX_URL_CHARS = 300  # a redirect target shown and stored
 
 
+def with_traceparent(headers: dict[str, str], trace: TraceContext) -> dict[str, str]:
+    """`headers` with the request's own `traceparent`: one configured under any spelling of the name is
+    replaced, never sent beside it (two would leave the server to pick one, and the span unjoined)."""
+    for name in [name for name in headers if name.lower() == TRACEPARENT_HEADER]:
+        del headers[name]
+    headers[TRACEPARENT_HEADER] = trace.traceparent()
+    return headers
+
+
 def request_headers(endpoint: EndpointConfig, *, stream: bool = True) -> dict[str, str]:
     headers = {"Accept-Encoding": "identity", "User-Agent": "lpxtop"}
     if stream:
@@ -83,11 +92,13 @@ TTFT_FROM = ("sent", "call")  # where a request's clock starts: when it goes out
 
 
 async def measured_stream(
-    client: HttpClient, endpoint: EndpointConfig, url: str, body: dict, sink: StreamSink, *, ttft_from: str = "sent"
+    client: HttpClient, endpoint: EndpointConfig, url: str, body: dict, sink: StreamSink, *, ttft_from: str = "sent",
+    trace: TraceContext | None = None,
 ) -> StreamOutcome:
     """POST `body` to `url` streaming, feed its events to `sink`, and say how it went. Never raises
-    (except CancelledError): every failure is the outcome's `error_kind`. `ttft_from`: TTFT_FROM."""
-    trace = new_trace_context()
+    (except CancelledError): every failure is the outcome's `error_kind`. `ttft_from`: TTFT_FROM. `trace`: the
+    context to send (an agent step's call in the step's trace); a fresh one by default."""
+    trace = trace or new_trace_context()
     wall_time = time.time()
     watchdog = Watchdog()
     start_ns = time.perf_counter_ns()
@@ -134,8 +145,7 @@ async def _exchange(
 ) -> None:
     """Send, then read raw bytes, each stamped when it came off the socket."""
     total_deadline = out.start_ns + int(endpoint.timeout_s * 1e9)
-    headers = request_headers(endpoint)
-    headers[TRACEPARENT_HEADER] = out.trace.traceparent()
+    headers = with_traceparent(request_headers(endpoint), out.trace)
 
     def connected(t_ns: int) -> None:
         out.connect_ns = t_ns

@@ -25,7 +25,6 @@ import logging
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -33,37 +32,25 @@ from aiohttp.http_exceptions import HttpProcessingError
 from lpxtop.engine.traces import otlp
 from lpxtop.engine.traces.forward import SpanForwarder
 from lpxtop.engine.traces.join import SpanSink
+from lpxtop.engine.traces.limits import (  # noqa: F401 - where they were; the settings read them without aiohttp
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    MAX_BODY_BYTES,
+    MAX_CONCURRENT,
+    MAX_JSON_BODY_BYTES,
+    READ_TIMEOUT_S,
+    SPANS_PER_S,
+    ReceiverSettings,
+)
 from lpxtop.engine.traces.spans import read_span
 from lpxtop.loopthread import LoopThread
 from lpxtop.model.chain import ReceiverStats, SpanSegments
 
 log = logging.getLogger("lpxtop.traces")
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 4318  # OTLP/HTTP's own default port
-MAX_BODY_BYTES = 4 * 1024 * 1024  # vLLM's batches (512 spans at most) are ~200 KB
-# json.loads holds the interpreter lock for the whole body (94 ms for 850 KB here, under a load average
-# of 12): JSON bodies stay small (no server lpxtop reads sends JSON; tools and tests may)
-MAX_JSON_BODY_BYTES = 256 * 1024
-MAX_CONCURRENT = 4
-SPANS_PER_S = 5000.0
-READ_TIMEOUT_S = 10.0
 HAND_OVER = 256  # segments handed to the join per lock
 _START_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 5.0
-
-
-@dataclass(frozen=True)
-class ReceiverSettings:
-    """Where the receiver listens and its bounds."""
-
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
-    forward_url: str | None = None
-    max_body_bytes: int = MAX_BODY_BYTES
-    max_concurrent: int = MAX_CONCURRENT
-    spans_per_s: float = SPANS_PER_S
-    read_timeout_s: float = READ_TIMEOUT_S
 
 
 class _TokenBucket:

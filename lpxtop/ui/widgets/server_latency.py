@@ -22,6 +22,7 @@ ROLES = (
     ("server_tpot_ms", "TPOT", "per request, per token"),
 )
 METHOD_TEXT = {
+    "joined_spans": "exact: each probe's TTFT minus the server's TTFT in its own span (--traces-listen)",
     "probe_only": "exact: the probes were the server's only requests between two reads of its histogram",
     "window_means": "estimate: the probes' mean TTFT minus the server's exact mean, its TTFTs all in a narrow range",
 }
