@@ -132,8 +132,8 @@ def engine_report(engine, began: float) -> dict:
     async def tasks() -> int:
         return len(asyncio.all_tasks())
 
-    loop = engine._loop
-    count = asyncio.run_coroutine_threadsafe(tasks(), loop).result(10) if loop is not None else -1
+    loop_thread = engine._loop_thread
+    count = loop_thread.run(tasks(), 10) if loop_thread is not None else -1
     states = list(engine._states.values())
     alive = sum(1 for s in states if s.tasks and not s.tasks[0].done())
     views = {v.name: v for v in engine.snapshot().endpoints}

@@ -528,9 +528,6 @@ def _endpoint_fields(table: object, where, *, allow_identity: bool) -> dict:
                     f"{where(key)}: key 'headers': put the API key in an environment variable and name it with "
                     "api_key_env instead of writing an Authorization header into the file"
                 )
-            for name, header_value in value.items():
-                if SECRET_PARAM.search(name) or name.lower() in ("cookie", "proxy-authorization"):
-                    register_secret(header_value)  # a key sent in a header of its own is masked wherever shown
             value = tuple(sorted(value.items()))
         elif key == "metrics_url":
             try:

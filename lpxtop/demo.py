@@ -6,7 +6,9 @@ triples the load and makes the simulated GPU's memory climb, to show the early w
 The second server is also probed with agent steps (a tool call, a 30 ms tool, the answer; now and then
 a bad tool call), and a third plays the agent platforms: a Dify agent app (`api = "dify"`), a Dify
 workflow timed node by node (`api = "dify-workflow"`) and a Coze bot (`api = "coze"`), so the agent
-view has data for each.
+view has data for each. The simulators send their per-request spans to a trace receiver lpxtop runs
+for the demo (as `--traces-listen` does), so the Chain tab and the exact Gap have data too (when
+opentelemetry-proto is installed: lpxtop[otel]).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from lpxtop.config import normalize_url
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from lpxtop.engine.runner import Engine
 
 SURGE_FACTOR = 3.0
+TRACES_DELAY_S = 0.5  # how often the simulators send their spans (vLLM with OTEL_BSP_SCHEDULE_DELAY=500)
 
 
 def _surging_load(low: float, high: float, period_s: float, surge: threading.Event) -> Callable[[float], float]:
@@ -34,8 +37,14 @@ def _surging_load(low: float, high: float, period_s: float, surge: threading.Eve
     return lambda t: base(t) * (SURGE_FACTOR if surge.is_set() else 1.0)
 
 
-def demo_sim_configs(surge: threading.Event) -> list[tuple[str, SimConfig]]:
-    """Two servers that differ the way real ones do: a bigger batch and cache, and a smaller, flakier one."""
+def demo_sim_configs(surge: threading.Event, traces_url: str | None = None) -> list[tuple[str, SimConfig]]:
+    """Two servers that differ the way real ones do: a bigger batch and cache, and a smaller, flakier one.
+    `traces_url`: where each sends its request spans (vLLM's `llm_request`)."""
+    spans = {"otlp_traces_endpoint": traces_url, "otlp_schedule_delay_s": TRACES_DELAY_S} if traces_url else {}
+    return [(name, replace(config, **spans)) for name, config in _sim_configs(surge)]
+
+
+def _sim_configs(surge: threading.Event) -> list[tuple[str, SimConfig]]:
     return [
         ("vllm-sim-a", SimConfig(model="sim-llama-3.1-8b", ttft_ms=35.0, itl_ms=11.0, max_num_seqs=16,
                                  kv_tokens=24_000, seed=1, background_load=_surging_load(2, 18, 90, surge))),
@@ -81,9 +90,11 @@ def start_demo(
 
     surge_flag = threading.Event()
     with contextlib.ExitStack() as stack:
+        feed = _trace_feed()
+        traces_url = f"http://127.0.0.1:{feed.settings.port}/v1/traces" if feed is not None else None
         sims = []
         endpoints = []
-        for name, config in demo_sim_configs(surge_flag):
+        for name, config in demo_sim_configs(surge_flag, traces_url):
             handle = stack.enter_context(start_sim_in_thread(config))
             sims.append(handle)
             endpoints.append(EndpointConfig(name=name, url=normalize_url(handle.url), interval_s=interval_s,
@@ -102,9 +113,29 @@ def start_demo(
             gpu.surge(on)
 
         engine = build_engine(endpoints, gpu=gpu, readonly=readonly)
+        if feed is not None:
+            feed.attach(engine, endpoints)
+            feed.start(wait=False)  # its process spawns beside the first frame; the first spans may be lost
+            stack.callback(feed.stop)
         if surge:
             set_surge(True)
         try:
             yield Demo(engine, set_surge)
         finally:
             engine.stop()
+
+
+def _trace_feed():
+    """A ChainFeed on a free loopback port, or None without opentelemetry-proto (the demo then has no chain)."""
+    import importlib.util
+    import socket
+
+    if importlib.util.find_spec("opentelemetry") is None or importlib.util.find_spec("opentelemetry.proto") is None:
+        return None
+    from lpxtop.engine.traces.feed import ChainFeed
+    from lpxtop.engine.traces.limits import ReceiverSettings
+
+    with socket.socket() as probe:  # a free port now; the receiver's process binds it a moment later
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return ChainFeed(ReceiverSettings(host="127.0.0.1", port=port), wait_s=15.0)

@@ -4,7 +4,7 @@
 setting's own unit is another: `--client-lag-limit 50` is 50 ms). `format_duration` writes seconds back
 the same way (`0.5` → `500ms`, `90` → `1m30s`), so what lpxtop prints can be typed back in.
 
-Elapsed times on screen (`12m03s` ago, uptime) have their own compact form: `ui.formatting.fmt_duration`.
+Elapsed times on screen (`12m03s` ago, uptime) have their own compact form: `humanize.fmt_duration`.
 """
 
 from __future__ import annotations

@@ -8,13 +8,13 @@ upstream forgot. Numbers that are not finite print as `--`.
 
 from __future__ import annotations
 
-import math
-
 from lpxtop.model.agent import AgentView
+from lpxtop.model.chain import ChainSummary
 from lpxtop.model.endpoint import PLATFORM_APIS
 from lpxtop.model.energy import EndpointEnergy
 from lpxtop.model.probe import Percentiles
 from lpxtop.model.snapshot import EndpointView, GaugeSummary, ServerSummary, Snapshot
+from lpxtop.numbers import is_finite
 from lpxtop.textsafe import printable
 
 
@@ -31,24 +31,17 @@ def _ms(p: Percentiles | None, attr: str = "p50") -> str:
     if p is None:
         return "--"
     value = getattr(p, attr)
-    if not _finite(value):
+    if not is_finite(value):
         return "--"
     return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
 
 
-def _finite(value: object) -> bool:
-    try:
-        return value is not None and math.isfinite(value)  # type: ignore[arg-type]
-    except (TypeError, OverflowError):
-        return False
-
-
 def _num(value: float | None, fmt: str = "{:.0f}") -> str:
-    return fmt.format(value) if _finite(value) else "--"
+    return fmt.format(value) if is_finite(value) else "--"
 
 
 def _pct(value: float | None) -> str:
-    return f"{value * 100:.0f}%" if _finite(value) and _finite(value * 100) else "--"
+    return f"{value * 100:.0f}%" if is_finite(value) and is_finite(value * 100) else "--"
 
 
 def render_table(snapshot: Snapshot) -> str:
@@ -96,6 +89,8 @@ def render_table(snapshot: Snapshot) -> str:
         server_line = _server_latency_line(e)
         if server_line:
             lines.append(server_line)
+        if e.chain is not None:
+            lines.append(f"{name}: {_chain_line(e.chain)}")
         if e.last_error:
             lines.append(f"{name}: last error: {_text(e.last_error)}")
         if e.server is not None and e.server.status != "ok":
@@ -117,7 +112,7 @@ def _server_line(summary: ServerSummary) -> str:
     def gauge(label: str, g: GaugeSummary | None, pct: bool = False) -> str | None:
         if g is None:
             return None
-        show = _pct if pct else (lambda v: _num(v, "{:.1f}") if _finite(v) and v != int(v) else _num(v))
+        show = _pct if pct else (lambda v: _num(v, "{:.1f}") if is_finite(v) and v != int(v) else _num(v))
         return f"{label} last {show(g.last)} max {show(g.max)} mean {_pct(g.mean) if pct else _num(g.mean, '{:.1f}')}"
 
     parts = [p for p in (gauge("running", summary.requests_running), gauge("waiting", summary.requests_waiting),
@@ -177,7 +172,7 @@ def _ms_value(value: float) -> str:
 
 
 def _server_ms(value: float | None) -> str:
-    if not _finite(value):
+    if not is_finite(value):
         return "--"
     assert value is not None
     return f"{value:.0f}" if value >= 100 else f"{value:.2g}" if value < 1 else f"{value:.1f}"
@@ -202,7 +197,7 @@ def _server_latency_line(e: EndpointView) -> str | None:
                 text += f" p99 ~{_server_ms(latency.p99)}" + (f" (<= {_server_ms(high)})" if high is not None else "")
         parts.append(text)
     gap = e.ttft_gap
-    if _finite(gap.value_ms):
+    if is_finite(gap.value_ms):
         how = "estimate" if gap.estimate else "exact"
         parts.append(f"outside engine {'~' if gap.estimate else ''}{gap.value_ms:+.1f} ({how}, {gap.probes} probes)")
     elif parts:
@@ -210,15 +205,27 @@ def _server_latency_line(e: EndpointView) -> str | None:
     return f"{_text(e.name)}: server {', '.join(parts)}" if parts else None
 
 
+def _chain_line(chain: ChainSummary) -> str:
+    """How many probes joined their server spans (--traces-listen), and what the spans said."""
+    sent = chain.probes_joined + chain.probes_unjoined + chain.probes_pending
+    text = f"server spans: {chain.probes_joined} of {sent} probes joined"
+    if chain.unjoined_reasons:
+        text += " (unjoined: " + ", ".join(f"{k} {n}" for k, n in sorted(chain.unjoined_reasons.items())) + ")"
+    parts = [f"{label} p50 {_ms(p)}" for label, p in (("queue", chain.queue_ms), ("prefill", chain.prefill_ms),
+                                                       ("server TTFT", chain.server_ttft_ms),
+                                                       ("outside", chain.outside_ms)) if p is not None]
+    return text + ("; " + ", ".join(parts) + " ms" if parts else "")
+
+
 def _gpu_line(snapshot: Snapshot) -> str:
     parts = []
     for d in snapshot.gpu.devices:
         mem = "--"
-        if _finite(d.mem_used_bytes) and _finite(d.mem_total_bytes) and d.mem_total_bytes:
+        if is_finite(d.mem_used_bytes) and is_finite(d.mem_total_bytes) and d.mem_total_bytes:
             mem = f"{d.mem_used_bytes / 2**30:.1f}/{d.mem_total_bytes / 2**30:.1f} GiB"
         power = "--"
-        if _finite(d.power_w):
-            power = f"{d.power_w:.0f}/{d.power_limit_w:.0f} W" if _finite(d.power_limit_w) else f"{d.power_w:.0f} W"
+        if is_finite(d.power_w):
+            power = f"{d.power_w:.0f}/{d.power_limit_w:.0f} W" if is_finite(d.power_limit_w) else f"{d.power_w:.0f} W"
         word = f" {d.throttle_word}" if d.throttle_word else ""
         parts.append(f"[{d.index}] {_text(d.name)} {_num(d.util_pct)}% {mem} {power}{word}")
     return "; ".join(parts)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from lpxtop.engine.runner import Engine, EngineSettings
-from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S
+from lpxtop.engine.window import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S
 from lpxtop.model.endpoint import EndpointConfig
 
 

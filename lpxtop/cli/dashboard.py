@@ -20,6 +20,7 @@ from lpxtop.cli.common import (
     seconds,
 )
 from lpxtop.cli.otlp import add_otlp_flags, otlp_for, stop_otlp
+from lpxtop.engine.traces.attach import start_traces, stop_traces
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:
@@ -65,6 +66,8 @@ def run_dashboard(args: argparse.Namespace) -> int:
     file_config = load_endpoints(args)
     engine = engine_for(args, file_config)
     otlp = otlp_for(engine, args, file_config)
+    # the receiver's process spawns beside the first frame, not before it
+    traces = start_traces(engine, args, file_config.traces, endpoints=file_config.endpoints, wait=False)
     recorder = start_recording(engine, args, file_config.record, file_config.endpoints)
     exporter = exporter_for(args, engine, file_config.exporter)
     try:
@@ -74,6 +77,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
         if exporter is not None:
             exporter.stop()
         stop_otlp(otlp)
+        stop_traces(traces)
 
 
 def exporter_for(args: argparse.Namespace, engine: Any, table: dict):

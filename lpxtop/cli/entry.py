@@ -20,6 +20,7 @@ from lpxtop.cli.arguments import ArgumentParser
 from lpxtop.cli.common import add_endpoint_flags, add_record_flags, add_ui_flags
 from lpxtop.cli.dashboard import run_dashboard
 from lpxtop.cli.otlp import add_otlp_flags
+from lpxtop.engine.traces.attach import add_traces_flags
 
 # Each subcommand's module: `build_parser(command)` and `run(command, args) -> int`. The module is imported
 # only when its subcommand is used.
@@ -97,6 +98,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         add_ui_flags(parser)
         add_record_flags(parser)
         add_otlp_flags(parser)
+        add_traces_flags(parser)
         return parser
     if command in COMMAND_MODULES:
         return importlib.import_module(COMMAND_MODULES[command]).build_parser(command)

@@ -11,6 +11,7 @@ from lpxtop.checks import ConfigError
 from lpxtop.cli.arguments import ArgumentParser
 from lpxtop.cli.common import add_endpoint_flags, engine_for, load_endpoints, seconds
 from lpxtop.cli.otlp import add_otlp_flags, otlp_for, stop_otlp
+from lpxtop.engine.traces.attach import add_traces_flags, start_traces, stop_traces
 from lpxtop.http import is_loopback
 
 DESCRIPTION = """\
@@ -24,10 +25,11 @@ Families (base units, `_total` counters; labels host, endpoint, model, server_ki
   lpxtop_probes_total, lpxtop_probe_errors_total{kind}, lpxtop_probe_output_tokens_total,
   lpxtop_probes_client_limited_total   probes during which lpxtop itself was late
   lpxtop_probe_window_{ttft,itl,tpot,e2e}_seconds{percentile}   the dashboard's own window percentiles
-  lpxtop_ttft_gap_seconds{method}   time outside the engine, only where it compares (probe_only, window_means)
+  lpxtop_ttft_gap_seconds{method}   time outside the engine, only where it compares (joined_spans, probe_only, window_means)
   lpxtop_server_requests_{waiting,running}, lpxtop_server_kv_cache_usage_ratio, ...
   lpxtop_server_{ttft,queue_time,prefill_time,decode_time,itl,tpot,e2e}_mean_seconds   exact (Δsum/Δcount)
   lpxtop_agent_step_seconds, lpxtop_agent_time_to_tool_call_seconds   histograms (--probe agent)
+  lpxtop_chain_{queue,prefill,outside}_seconds   histograms from the probes' own server spans (--traces-listen)
   lpxtop_agent_steps_total, lpxtop_agent_errors_total{kind}
   lpxtop_gpu_memory_{used,total}_bytes, lpxtop_gpu_process_memory_used_bytes{pid,process,endpoint,endpoints}
   lpxtop_port_state{port,state}, lpxtop_leftover_processes, lpxtop_alert{kind,severity}
@@ -54,6 +56,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     add_endpoint_flags(parser)
     add_exporter_flags(parser, with_listen=True)
     add_otlp_flags(parser)
+    add_traces_flags(parser)
     return parser
 
 
@@ -108,10 +111,12 @@ def run(command: str, args: argparse.Namespace) -> int:
     settings = exporter_settings(args, file_config.exporter, args.config, args.listen)
     engine = engine_for(args, file_config)
     otlp = otlp_for(engine, args, file_config)
+    traces = start_traces(engine, args, file_config.traces, endpoints=file_config.endpoints)
     try:
         exporter = start_exporter(engine, settings)
     except ConfigError:
         stop_otlp(otlp, quiet=True)
+        stop_traces(traces, quiet=True)
         raise
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -128,4 +133,5 @@ def run(command: str, args: argparse.Namespace) -> int:
         exporter.stop()
         engine.stop()
         stop_otlp(otlp)
+        stop_traces(traces, prog="lpxtop exporter")
     return 0

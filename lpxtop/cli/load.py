@@ -28,7 +28,9 @@ from lpxtop.cli.common import (
 from lpxtop.cli.otlp import add_otlp_flags, start_otlp, stop_otlp
 from lpxtop.config import MIN_SECONDS, normalize_url
 from lpxtop.durations import DurationError, format_duration, parse_duration
+from lpxtop.engine.traces.attach import add_traces_flags
 from lpxtop.http import is_loopback
+from lpxtop.load.chain import attach_chain, finish_chain
 from lpxtop.load.plan import (
     CPU_WAIT_LIMIT,
     DEFAULT_DURATION_S,
@@ -176,6 +178,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     add_retention_flags(out)
     add_ui_flags(parser)
     add_otlp_flags(parser, load=True)
+    add_traces_flags(parser)
     return parser
 
 
@@ -290,18 +293,14 @@ def describe(plan: LoadPlan) -> str:
 
 
 def run(command: str, args: argparse.Namespace) -> int:
-    from lpxtop.textsafe import register_secret
-
     try:
         plan = plan_from_args(args)
         _check_record_flags(args)
     except ConfigError as exc:
         print(f"lpxtop load: {exc}", file=sys.stderr)
         return 2
-    if args.api_key_env:
-        if args.api_key_env not in os.environ:
-            print(f"lpxtop load: warning: ${args.api_key_env} is not set; sending without an API key", file=sys.stderr)
-        register_secret(os.environ.get(args.api_key_env))
+    if args.api_key_env and args.api_key_env not in os.environ:
+        print(f"lpxtop load: warning: ${args.api_key_env} is not set; sending without an API key", file=sys.stderr)
     if not is_local(plan.endpoint.url) and not args.yes:
         print(describe(plan), file=sys.stderr)
         if not sys.stdin.isatty():
@@ -445,6 +444,7 @@ def _run_test(plan: LoadPlan, args: argparse.Namespace, requests_out) -> int:
     controller = LoadController(plan, server_watch=watch, requests_out=requests_out or None)
     try:
         otlp = attach_otlp(engine, controller, args)
+        chain = attach_chain(engine, controller, args)  # --traces-listen: each step's server spans
     except ConfigError as exc:
         print(f"lpxtop load: {exc}", file=sys.stderr)
         return 2
@@ -462,6 +462,7 @@ def _run_test(plan: LoadPlan, args: argparse.Namespace, requests_out) -> int:
     finally:
         controller.stop()
         controller.wait(STOP_WAIT_S)
+        finish_chain(chain)
         engine.stop()
         record_path = finish_recording(recorder)
         stop_otlp(otlp, prog="lpxtop load")

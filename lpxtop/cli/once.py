@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from lpxtop.checks import ConfigError
 from lpxtop.cli.arguments import ArgumentParser
@@ -17,6 +18,7 @@ from lpxtop.cli.common import (
     positive_int,
 )
 from lpxtop.cli.otlp import add_otlp_flags, otlp_for, stop_otlp
+from lpxtop.engine.traces.attach import add_traces_flags, finish_once, start_traces, stop_traces
 from lpxtop.jsonout import dumps
 
 
@@ -40,6 +42,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
                         help="also record the probes and readings to FILE (lpxtop replay/export read it)")
     add_endpoint_flags(parser)
     add_otlp_flags(parser)
+    add_traces_flags(parser)
     return parser
 
 
@@ -51,6 +54,8 @@ def run(command: str, args: argparse.Namespace) -> int:
     # as the dashboard does: a thread that wakes with bytes to stamp waits ~1 ms for the lock, not 5
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     otlp = otlp_for(engine, args, file_config)
+    began = time.monotonic()
+    traces = start_traces(engine, args, file_config.traces, endpoints=file_config.endpoints)
     recorder = None
     if args.record:
         from lpxtop.record.recorder import Recorder
@@ -63,10 +68,15 @@ def run(command: str, args: argparse.Namespace) -> int:
                                           refuse_existing=True)
         except RecordingExists as exc:
             stop_otlp(otlp, quiet=True)
+            stop_traces(traces, quiet=True)
             raise ConfigError(str(exc)) from None
     try:
-        snapshot = engine.collect_once(samples=args.samples, timeout_s=args.deadline, interval_s=args.interval)
+        snapshot = engine.collect_once(samples=args.samples, timeout_s=max(0.1, args.deadline - (time.monotonic() - began)),
+                                       interval_s=args.interval)
+        # the probes' server spans, within what --deadline leaves (vLLM batches them: seconds late)
+        snapshot = finish_once(traces, snapshot, args.deadline - (time.monotonic() - began))
     finally:
+        stop_traces(traces)
         if recorder is not None:
             recorder.close()
             if recorder.failure is not None:
@@ -74,6 +84,7 @@ def run(command: str, args: argparse.Namespace) -> int:
         stop_otlp(otlp)
     data = snapshot.to_json()
     data["otlp"] = otlp.status() if otlp is not None else None  # what OpenTelemetry export sent and lost
+    data["traces"] = traces.status() if traces is not None else None  # the receiver's counts (docs/traces.md)
     if not snapshot.endpoints:
         message = "no endpoint given and none found on this machine: pass a URL (lpxtop once 127.0.0.1:8000)"
         if args.json:

@@ -26,12 +26,12 @@ def _share(text: str) -> float:
 def add_otlp_flags(parser: argparse.ArgumentParser, *, load: bool = False) -> None:
     """The OpenTelemetry flags, in a group of their own."""
     g = parser.add_argument_group(
-        "OpenTelemetry export (also [otlp] in the config file; docs/opentelemetry.md)",
-        "Probes as GenAI metrics and spans; needs lpxtop[otel].",
+        "OpenTelemetry (also [otlp], [traces] in the config file; docs/opentelemetry.md)",
+        "Probes out as GenAI metrics and spans, server spans in; needs lpxtop[otel].",
     )
     g.add_argument("--otlp", metavar="URL",
-                   help="export to this OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318 ([otlp] enabled = true in "
-                   "the config file takes $OTEL_EXPORTER_OTLP_ENDPOINT instead)")
+                   help="export to this OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318 ([otlp] enabled = true "
+                   "takes $OTEL_EXPORTER_OTLP_ENDPOINT)")
     what = "load-test requests traced (default 0.01: 1 %%)" if load else "probes and agent steps traced (default 1: all)"
     g.add_argument("--otlp-sample", type=_share, metavar="SHARE",
                    help=f"share of {what}, e.g. 0.1 or 10%%; metrics always count every request")

@@ -19,6 +19,7 @@ from lpxtop.cli.arguments import ArgumentParser
 from lpxtop.cli.common import add_endpoint_flags, add_ui_flags, duration_between, engine_for, load_endpoints
 from lpxtop.cli.otlp import add_otlp_flags, otlp_for, stop_otlp
 from lpxtop.durations import format_duration
+from lpxtop.engine.traces.attach import add_traces_flags, start_traces, stop_traces
 
 FMT = argparse.RawDescriptionHelpFormatter
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -76,12 +77,13 @@ def _record_parser() -> argparse.ArgumentParser:
     add_retention_flags(g)
     add_endpoint_flags(parser)
     add_otlp_flags(parser)
+    add_traces_flags(parser)
     return parser
 
 
 def _run_record(args: argparse.Namespace) -> int:
+    from lpxtop.humanize import file_size
     from lpxtop.record.recorder import Recorder
-    from lpxtop.record.retention import format_size
     from lpxtop.record.settings import resolve
     from lpxtop.record.store import RecordingError, RecordingExists
 
@@ -91,6 +93,7 @@ def _run_record(args: argparse.Namespace) -> int:
     engine = engine_for(args, file_config)
     path = settings.target()
     otlp = otlp_for(engine, args, file_config)
+    traces = start_traces(engine, args, file_config.traces, endpoints=file_config.endpoints)
     # Before the file exists: a SIGTERM from then on ends the recording cleanly, never half-way.
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -101,6 +104,7 @@ def _run_record(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         stop_otlp(otlp, quiet=True)
+        stop_traces(traces, quiet=True)
         if isinstance(exc, RecordingExists):
             raise  # a usage error (exit 2)
         print(f"lpxtop record: recording stopped: {exc}", file=sys.stderr)  # a full disk, no permission
@@ -122,6 +126,7 @@ def _run_record(args: argparse.Namespace) -> int:
                 break
     finally:
         engine.stop()
+        stop_traces(traces, prog="lpxtop record", quiet=args.quiet)  # before the close: its last joins are kept
         recorder.close()
         stop_otlp(otlp, quiet=args.quiet)
         for sig, handler in previous.items():
@@ -134,7 +139,7 @@ def _run_record(args: argparse.Namespace) -> int:
     if not args.quiet:
         seconds = time.monotonic() - began
         print(f"lpxtop record: {recorder.events_written} events in {seconds:.0f} s, "
-              f"{format_size(recorder.stored_bytes)} stored", file=sys.stderr)
+              f"{file_size(recorder.stored_bytes)} stored", file=sys.stderr)
     print(path)
     return EXIT_OK
 

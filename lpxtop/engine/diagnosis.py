@@ -14,7 +14,6 @@ The server's own words, when it sent any, are kept after the advice. Nothing her
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from urllib.parse import urlsplit
@@ -115,7 +114,7 @@ def _needs_key(kind: str, message: str, endpoint: EndpointConfig, status: int | 
     if variable is None:
         return ("the server wants an API key: pass --api-key-env NAME, the environment variable that holds it "
                 f"(or api_key_env in the config file){tail}")
-    if not os.environ.get(variable):
+    if endpoint.api_key_missing:
         return f"the server wants an API key, and ${variable} is not set (or empty): export it where lpxtop starts{tail}"
     if code == 401:
         return f"the server refused the key in ${variable}: check it{tail}"

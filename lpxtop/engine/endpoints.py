@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -24,8 +23,9 @@ from lpxtop.engine.model_resolution import name_served_models, resolve_model
 from lpxtop.engine.probe import rejects_stream_options, run_probe
 from lpxtop.engine.probe.clientlimit import LatenessWatch
 from lpxtop.engine.probe.schedule import next_gap
-from lpxtop.engine.stats import EndpointWindow, server_kind
+from lpxtop.engine.window import EndpointWindow, server_kind
 from lpxtop.http import HttpClient
+from lpxtop.loopthread import LoopThread
 from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.events import EngineEvent, SampleEvent, ScrapeEvent
@@ -174,7 +174,7 @@ class EndpointLoops:
     _rng: random.Random
     _dirty: bool
     _listeners: list[Callable[[EngineEvent], None]]
-    _thread: threading.Thread | None
+    _loop_thread: LoopThread | None
     _energy: EnergyMeter
     _lateness: LatenessWatch
 
@@ -271,7 +271,7 @@ class EndpointLoops:
         self._dirty = True
         if self._listeners:
             self._emit(SampleEvent(state.config.name, sample))
-        if state.window.sent == 1 and self._thread is not None:
+        if state.window.tally.sent == 1 and self._loop_thread is not None:
             self._publish_now()  # an endpoint's first figures go out at once, not at the next publish tick
             self._check_first_probes()
 

@@ -86,7 +86,7 @@ class OnceCollection:
                         # report names (kind "deadline")
                         if state.in_flight:
                             why = "the probe was still running"
-                        elif state.window.sent == 0:
+                        elif state.window.tally.sent == 0:
                             why = ("no probe could start (GET /v1/models had not answered)" if not state.models_known
                                    else "no probe had finished")
                         else:

@@ -12,12 +12,10 @@ This module is the supervisor: the thread and its loop, the commands, publishing
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import random
 import socket
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -39,8 +37,9 @@ from lpxtop.engine.gpu.accel.energy import EnergyMeter
 from lpxtop.engine.once import OnceCollection
 from lpxtop.engine.probe.clientlimit import LatenessWatch
 from lpxtop.engine.source import Capabilities
-from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S
+from lpxtop.engine.window import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S
 from lpxtop.http import HttpClient
+from lpxtop.loopthread import LoopThread
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.events import AlertsEvent, ControlEvent, EngineEvent, SnapshotEvent
@@ -117,13 +116,11 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
         self._seq = 0
         self._dirty = True
         self._alert_sources: list[Callable[[], tuple[Alert, ...]]] = []
+        self._snapshot_hooks: list[Callable[[Snapshot], Snapshot]] = []
         self._energy = EnergyMeter()
         self._snapshot = self._build_snapshot()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping: asyncio.Event | None = None
+        self._loop_thread: LoopThread | None = None
         self._first_probes: asyncio.Event | None = None  # set once every endpoint's first probe is in
-        self._ready = threading.Event()
         self._listeners: list[Callable[[EngineEvent], None]] = []
         self._rng = random.Random(self.settings.seed)
         # lpxtop's own lateness while each probe runs; opened on the loop's thread when it starts
@@ -168,6 +165,16 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
         with contextlib.suppress(ValueError):
             self._listeners.remove(listener)
 
+    def post_event(self, event: EngineEvent) -> None:
+        """Hand an input measured off the engine's loop (a joined server span: engine/traces/feed.py) to the
+        listeners, on the loop when it runs. Any thread."""
+        self._call(self._emit, event)
+
+    def add_snapshot_hook(self, hook: Callable[[Snapshot], Snapshot]) -> None:
+        """`hook(snapshot)` -> the snapshot with what it adds (the latency chain), before the alert rules; on
+        the engine's loop: it must return at once. One that raises is logged and skipped."""
+        self._snapshot_hooks.append(hook)
+
     def add_alert_source(self, source: Callable[[], tuple[Alert, ...]]) -> None:
         """Alerts from outside the engine's rules (e.g. "recording stopped: disk full"), added to every
         snapshot. Called on the engine's loop: it must return at once."""
@@ -187,22 +194,19 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
         return base * self._interval_scale
 
     def start(self) -> None:
-        """Start the engine thread; returns once its loop runs."""
-        if self._thread is not None:
+        """Start the engine thread; returns once its loop runs (TimeoutError if it does not within 10 s)."""
+        if self._loop_thread is not None:
             return
-        self._thread = threading.Thread(target=self._thread_main, name="lpxtop-engine", daemon=True)
-        self._thread.start()
-        self._ready.wait(10)
+        # asyncio.to_thread's pool (NVML, psutil, /metrics parsing): a few threads are enough, since each
+        # collector is single-flight.
+        self._loop_thread = LoopThread("lpxtop-engine", workers=WORKER_THREADS)
+        self._loop_thread.start(self._main())
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop every task and join the thread (bounded)."""
-        loop, stopping = self._loop, self._stopping
-        if loop is not None and stopping is not None and loop.is_running():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(stopping.set)
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        if self._loop_thread is not None:
+            self._loop_thread.stop(timeout)
+            self._loop_thread = None
         for source in (self._gpu, self._host, self._ports):
             close = getattr(source, "close", None)
             if close is not None:
@@ -224,46 +228,22 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
                 self._emit(AlertsEvent(snapshot.wall_time, snapshot.alerts))
             self._emit(SnapshotEvent(snapshot))
 
-
     # ---- the engine's loop ----
 
     def _call(self, fn: Callable[..., None], *args: Any) -> None:
-        loop = self._loop
-        if loop is not None and loop.is_running():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(fn, *args)
-        else:
+        """`fn(*args)` on the engine's loop, or here when no loop runs (before `start()`, after `stop()`)."""
+        if self._loop_thread is None or not self._loop_thread.call_soon(fn, *args):
             fn(*args)
 
-    def _thread_main(self) -> None:
-        loop = asyncio.new_event_loop()
-        # asyncio.to_thread's pool (NVML, psutil, /metrics parsing): a few threads are enough, since each
-        # collector is single-flight, and each extra thread would keep a malloc arena of its own.
-        loop.set_default_executor(
-            concurrent.futures.ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="lpxtop-worker")
-        )
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._main())
-        except Exception:  # noqa: BLE001 - the engine must never take the app down
-            log.exception("engine loop failed")
-        finally:
-            with contextlib.suppress(Exception):
-                _finish_tasks(loop)
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-            self._ready.set()
-
     async def _main(self) -> None:
-        self._stopping = asyncio.Event()
+        """The engine's life on its loop, until `stop()` cancels it (its loop thread: lpxtop/loopthread.py)."""
         self._lateness.open()
-        self._ready.set()
         try:
-            await self._run(self._stopping)
+            await self._run()
         finally:
             self._lateness.close()
 
-    async def _run(self, stopping: asyncio.Event) -> None:
+    async def _run(self) -> None:
         self._first_probes = asyncio.Event()
         asyncio.get_running_loop().call_later(FIRST_PROBES_GRACE_S, self._first_probes.set)
         async with self._client() as client:
@@ -277,11 +257,14 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
             ]
             if self._discover is not None and self.settings.discover:
                 background.append(asyncio.create_task(self._discovery_loop(client)))
-            await stopping.wait()
-            tasks = background + [t for s in self._states.values() for t in (*s.tasks, s.models_task) if t is not None]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            try:
+                await asyncio.get_running_loop().create_future()  # until stop()
+            finally:
+                tasks = background + [t for s in self._states.values() for t in (*s.tasks, s.models_task)
+                                      if t is not None]
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
 
     def _client(self) -> HttpClient:
         """The one client of probes, scrapes and discovery (lpxtop's own, on asyncio: lpxtop/http/)."""
@@ -312,7 +295,7 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
         """Let the scrapes and collectors start once every probing endpoint has its first probe in."""
         event = self._first_probes
         if event is not None and not event.is_set() and not any(
-            self.settings.probes and wants_chat(s.config) and s.window.sent == 0 for s in self._states.values()
+            self.settings.probes and wants_chat(s.config) and s.window.tally.sent == 0 for s in self._states.values()
         ):
             event.set()
 
@@ -399,6 +382,11 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
             snapshot = self._energy.apply(snapshot)
         except Exception:  # noqa: BLE001
             log.exception("energy per token failed")
+        for hook in self._snapshot_hooks:
+            try:
+                snapshot = hook(snapshot)
+            except Exception:  # noqa: BLE001
+                log.exception("snapshot hook %r failed", hook)
         if self._alerts is not None:
             try:
                 snapshot = replace(snapshot, alerts=self._alerts.evaluate(snapshot, now))
@@ -414,16 +402,3 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
             if extra:
                 snapshot = replace(snapshot, alerts=(*snapshot.alerts, *extra))
         return snapshot
-
-
-
-def _finish_tasks(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel the tasks still pending when the engine stops (a scraper's own, say) and let them end, as
-    asyncio.run does: none is destroyed pending, and their connections close on a loop that still runs."""
-    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-    for task in pending:
-        task.cancel()
-    if pending:
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-
-

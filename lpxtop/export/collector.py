@@ -25,6 +25,7 @@ from lpxtop.export.families import (
 from lpxtop.export.state import (
     AGENT_ERROR_KINDS,
     AGENT_MEASURES,
+    CHAIN_MEASURES,
     ENDPOINT_LABELS,
     MEASURES,
     ExportState,
@@ -142,6 +143,7 @@ class LpxtopCollector:
             yield family
 
         yield from self._agent_families(endpoints)
+        yield from self._chain_families(endpoints)
 
         for measure, attr, what in WINDOW_MEASURES:
             family = GaugeMetricFamily(
@@ -178,6 +180,18 @@ class LpxtopCollector:
             family = HistogramMetricFamily(name, HISTOGRAM_HELP[key], labels=labels)
             for ep, agent in agents:
                 buckets, total = _histogram_values(agent.histograms[key])
+                family.add_metric(list(ep.values(host)), buckets, total)
+            yield family
+
+    def _chain_families(self, endpoints) -> Iterator[Metric]:
+        """Each probe's queue, prefill and time outside the engine from its own server span (--traces-listen),
+        for endpoints with a probe joined."""
+        host, labels = self.host, list(ENDPOINT_LABELS)
+        chains = [(ep, series.chain) for ep, series in endpoints if series is not None and series.chain is not None]
+        for key, name, _ in CHAIN_MEASURES:
+            family = HistogramMetricFamily(name, HISTOGRAM_HELP[key], labels=labels)
+            for ep, chain in chains:
+                buckets, total = _histogram_values(chain.histograms[key])
                 family.add_metric(list(ep.values(host)), buckets, total)
             yield family
 

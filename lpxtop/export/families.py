@@ -125,7 +125,8 @@ ENDPOINT_FIGURES: tuple[EndpointFigure, ...] = (
 LABELLED_FIGURES: tuple[LabelledEndpointFigure, ...] = (
     LabelledEndpointFigure(
         "lpxtop_ttft_gap_seconds", "Time outside the engine: the probes' TTFT minus the server's own TTFT for "
-        "the same requests (network, HTTP front end, queueing before the engine's clock). `method`: probe_only "
+        "the same requests (network, HTTP front end, queueing before the engine's clock). `method`: joined_spans "
+        "(exact: each probe against its own server span, --traces-listen), probe_only "
         "(exact: the server counted just the probes' first tokens between two reads) or window_means (an "
         "estimate from exact means, when the server's TTFTs lay in a narrow range). Absent when the two do not "
         "compare (the server queued other requests, no TTFT histogram...).",
@@ -154,4 +155,9 @@ HISTOGRAM_HELP = {
                   "Dify workflow: to workflow_finished).",
     "agent_tool_call": "Time to tool call of lpxtop's agent steps: call 1's send to the last fragment of the "
                        "tool call's arguments (an agent platform: to its tool decision).",
+    "chain_queue": "Time lpxtop's probes waited in the server's queue, from each probe's own server span "
+                   "(--traces-listen; vLLM's gen_ai.latency.time_in_queue).",
+    "chain_prefill": "The server's prefill of lpxtop's probes, from each probe's own server span (--traces-listen).",
+    "chain_outside": "Time outside the server's TTFT clock for each of lpxtop's probes: its TTFT minus the TTFT in "
+                     "its own server span (network, HTTP front end, tokenization, streaming; --traces-listen).",
 }

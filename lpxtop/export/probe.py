@@ -21,8 +21,6 @@ chooses strings lpxtop masks everywhere.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -37,6 +35,7 @@ from lpxtop.config import normalize_url
 from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
 from lpxtop.export.settings import MAX_PROBE_TIMEOUT_S, PROBE_TIMEOUT_MARGIN_S
 from lpxtop.http import HttpClient
+from lpxtop.loopthread import LoopThread
 from lpxtop.model.endpoint import SECRET_PARAM, EndpointConfig
 from lpxtop.model.probe import ERROR_KINDS, Sample
 
@@ -110,8 +109,7 @@ class ProbeRunner:
     def __init__(self, max_concurrent: int) -> None:
         self._slots = threading.BoundedSemaphore(max_concurrent)
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._loop_thread: LoopThread | None = None
         self._client: HttpClient | None = None
 
     def probe(self, config: EndpointConfig, budget_s: float) -> tuple[Sample | None, float]:
@@ -120,12 +118,10 @@ class ProbeRunner:
             raise ProbeRefused(503, "too many /probe requests in flight; try again (or scrape less often)")
         began = time.perf_counter()
         try:
-            loop = self._ensure_loop()
-            future = asyncio.run_coroutine_threadsafe(self._probe(config, budget_s), loop)
+            loop_thread = self._ensure_loop()
             try:
-                sample = future.result(budget_s + DEADLINE_SLACK_S * 2)
-            except (concurrent.futures.TimeoutError, asyncio.TimeoutError):
-                future.cancel()
+                sample = loop_thread.run(self._probe(config, budget_s), budget_s + DEADLINE_SLACK_S * 2)
+            except (TimeoutError, asyncio.TimeoutError):  # run() cancelled it
                 sample = None
             return sample, time.perf_counter() - began
         finally:
@@ -154,50 +150,27 @@ class ProbeRunner:
             sample = await run_probe(client, _within(config, deadline - loop.time()), model, include_usage=False)
         return sample
 
-    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+    def _ensure_loop(self) -> LoopThread:
         with self._lock:
-            if self._loop is None:
-                ready = threading.Event()
+            if self._loop_thread is None:
+                loop_thread = LoopThread("lpxtop-exporter-probe")
+                loop_thread.start(self._keep_client())
+                self._loop_thread = loop_thread
+            return self._loop_thread
 
-                def main() -> None:
-                    loop = asyncio.new_event_loop()
-                    asyncio.set_event_loop(loop)
-                    self._client = HttpClient(timeout=MAX_PROBE_TIMEOUT_S, max_connections=32, max_idle=8,
-                                              idle_expiry_s=30.0)
-                    self._loop = loop
-                    ready.set()
-                    try:
-                        loop.run_forever()
-                    finally:
-                        with contextlib.suppress(Exception):
-                            loop.run_until_complete(self._client.aclose())
-                        loop.close()
-
-                self._thread = threading.Thread(target=main, name="lpxtop-exporter-probe", daemon=True)
-                self._thread.start()
-                ready.wait(10)
-            assert self._loop is not None
-            return self._loop
+    async def _keep_client(self) -> None:
+        """The probes' client, for the loop's life (closed when `close()` ends it)."""
+        async with HttpClient(timeout=MAX_PROBE_TIMEOUT_S, max_connections=32, max_idle=8,
+                              idle_expiry_s=30.0) as client:
+            self._client = client
+            await asyncio.get_running_loop().create_future()  # until close()
 
     def close(self) -> None:
         """Stop the probe loop (bounded): probes in flight are cancelled."""
         with self._lock:
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-        if loop is None or thread is None:
-            return
-
-        async def cancel_all() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(5)
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
+            loop_thread, self._loop_thread = self._loop_thread, None
+        if loop_thread is not None:
+            loop_thread.stop(5)
 
 
 def _within(config: EndpointConfig, seconds: float) -> EndpointConfig:

@@ -7,7 +7,7 @@ They come from `lpxtop exporter` flags and from the config file's `[exporter]` t
 listen = "127.0.0.1:9464"
 host = "gpu-node-3"                 # the `host` label (default: this machine's host name)
 ttft_buckets = [0.1, 0.2, 0.3, 0.5, 1, 2]   # seconds; also itl_buckets, tpot_buckets, e2e_buckets,
-                                            # agent_step_buckets, agent_tool_call_buckets
+                                            # agent_step_buckets, agent_tool_call_buckets, chain_buckets
 probe = true                        # serve /probe?target= (false: 404)
 probe_timeout = 10                  # seconds, when Prometheus sends no scrape timeout header
 ```
@@ -45,6 +45,10 @@ DEFAULT_BUCKETS: Mapping[str, tuple[float, ...]] = {
                    45.0, 60.0, 120.0),
     "agent_tool_call": (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0,
                         30.0, 60.0),
+    # a probe's segments from its own server span (--traces-listen): queue, prefill and outside share these;
+    # fine at the bottom, where the time outside the engine (a few ms) and an idle queue (~0) sit
+    "chain": (0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5,
+              0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
 }
 MAX_BUCKETS = 64  # per histogram: each edge is a series per endpoint
 
@@ -54,7 +58,7 @@ PROBE_TIMEOUT_MARGIN_S = 0.5  # as blackbox_exporter's --timeout-offset: the ans
 MAX_CONCURRENT_PROBES = 8
 
 EXPORTER_KEYS = ("listen", "host", "ttft_buckets", "itl_buckets", "tpot_buckets", "e2e_buckets",
-                 "agent_step_buckets", "agent_tool_call_buckets", "probe", "probe_timeout")
+                 "agent_step_buckets", "agent_tool_call_buckets", "chain_buckets", "probe", "probe_timeout")
 
 
 @dataclass(frozen=True)

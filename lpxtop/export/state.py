@@ -1,7 +1,7 @@
 """What the exporter accumulates between scrapes: per-endpoint histograms and counters, and labels.
 
 The engine calls `ExportState.listener` on its loop for every event; it appends a probe's
-`SampleEvent` (or an agent step's `AgentStepEvent`) to a bounded deque and returns (a few hundred nanoseconds: no work on the probe loop).
+`SampleEvent` (or an agent step's `AgentStepEvent`, a probe's `ChainEvent` once joined to its server span) to a bounded deque and returns (a few hundred nanoseconds: no work on the probe loop).
 The deque is folded into the histograms when Prometheus scrapes, or by the HTTP server's idle tick
 when it fills up, always on the exporter's threads.
 
@@ -21,15 +21,22 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Histogram
 
+from lpxtop.export.settings import DEFAULT_BUCKETS
 from lpxtop.model.agent import BEHAVIOUR_KINDS, AgentStep, AgentStepEvent
+from lpxtop.model.chain import ChainEvent, JoinedRequest
 from lpxtop.model.events import EngineEvent, SampleEvent
 from lpxtop.model.probe import ERROR_KINDS, Sample
 from lpxtop.model.snapshot import EndpointView
 
 MEASURES = ("ttft", "itl", "tpot", "e2e")
+DEFAULT_CHAIN_BUCKETS = DEFAULT_BUCKETS["chain"]
 # The agent step's histograms: (bucket key, family name, the AgentStep field in ms)
 AGENT_MEASURES = (("agent_step", "lpxtop_agent_step_seconds", "step_ms"),
                   ("agent_tool_call", "lpxtop_agent_time_to_tool_call_seconds", "time_to_tool_call_ms"))
+# A probe's segments from its own server span (--traces-listen): (key, family name, JoinedRequest field in ms)
+CHAIN_MEASURES = (("chain_queue", "lpxtop_chain_queue_seconds", "queue_ms"),
+                  ("chain_prefill", "lpxtop_chain_prefill_seconds", "prefill_ms"),
+                  ("chain_outside", "lpxtop_chain_outside_seconds", "outside_ms"))
 # How an agent step can fail: the chat probe's transport classes, then the model's misbehaviour
 AGENT_ERROR_KINDS = (*ERROR_KINDS, *(k for k in BEHAVIOUR_KINDS if k not in ERROR_KINDS))
 MAX_PENDING = 4096  # samples waiting for a scrape; the idle tick folds them in long before this
@@ -95,6 +102,12 @@ class EndpointSeries:
         self.output_tokens = 0
         self.last_success: float | None = None
         self.agent: AgentSeries | None = None  # made at the endpoint's first agent step
+        self.chain: ChainSeries | None = None  # made at the endpoint's first probe joined to its server span
+
+    def add_chain(self, joined: JoinedRequest) -> None:
+        if self.chain is None:
+            self.chain = ChainSeries(self.buckets)
+        self.chain.add(joined)
 
     def add_step(self, step: AgentStep) -> None:
         if self.agent is None:
@@ -148,12 +161,28 @@ class AgentSeries:
                 self.histograms[key].observe(ms / 1000.0)
 
 
+class ChainSeries:
+    """One endpoint's probes joined to their server spans: a histogram per segment (they never reset)."""
+
+    def __init__(self, buckets: Mapping[str, tuple[float, ...]]) -> None:
+        edges = buckets.get("chain") or DEFAULT_CHAIN_BUCKETS
+        self.histograms = {key: Histogram(name, key, buckets=edges, registry=None) for key, name, _ in CHAIN_MEASURES}
+        self.joined = 0
+
+    def add(self, joined: JoinedRequest) -> None:
+        self.joined += 1
+        for key, _, attr in CHAIN_MEASURES:
+            ms = getattr(joined, attr)
+            if ms is not None and -3_600_000.0 < ms < 3_600_000.0:
+                self.histograms[key].observe(ms / 1000.0)
+
+
 class ExportState:
     """The listener's queue, and every endpoint's series and labels. Thread-safe."""
 
     def __init__(self, buckets: Mapping[str, tuple[float, ...]]) -> None:
         self.buckets = buckets
-        self._pending: deque[SampleEvent | AgentStepEvent] = deque(maxlen=MAX_PENDING)
+        self._pending: deque[SampleEvent | AgentStepEvent | ChainEvent] = deque(maxlen=MAX_PENDING)
         self._received = 0  # written by the engine's thread only
         self._folded = 0  # taken off the queue by drain()
         self._queue_lost = 0  # discarded by the full queue
@@ -168,7 +197,9 @@ class ExportState:
     def listener(self, event: EngineEvent) -> None:
         """For `Engine.add_listener`: runs on the engine's loop, so it only appends."""
         kind = type(event)
-        if kind is SampleEvent or kind is AgentStepEvent:
+        # a ChainEvent: a probe joined to its server span (--traces-listen); not the agent's calls, nor the unjoined
+        chained = kind is ChainEvent and event.joined is not None and event.joined.kind == "probe"  # type: ignore[union-attr]
+        if kind is SampleEvent or kind is AgentStepEvent or chained:
             self._pending.append(event)  # type: ignore[arg-type]
             self._received += 1
 
@@ -189,10 +220,13 @@ class ExportState:
             if series is None:
                 self._unlabelled += 1
                 continue
-            if type(event) is AgentStepEvent:
-                series.add_step(event.step)
+            kind = type(event)
+            if kind is AgentStepEvent:
+                series.add_step(event.step)  # type: ignore[union-attr]
+            elif kind is ChainEvent:
+                series.add_chain(event.joined)  # type: ignore[union-attr, arg-type]
             else:
-                series.add(event.sample)
+                series.add(event.sample)  # type: ignore[union-attr]
         # what the full deque discarded: received, but neither taken off it nor still on it
         self._queue_lost = max(self._queue_lost, self._received - self._folded - len(pending))
 

@@ -11,9 +11,7 @@ the view cannot use: the poller never stops.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,6 +23,7 @@ from lpxtop.fleet.build import Reading, alerts, endpoint_views, gpus, ports
 from lpxtop.fleet.client import Answer, PromClient, PromError
 from lpxtop.fleet.promql import FleetQueries, duration_seconds
 from lpxtop.http import HttpClient
+from lpxtop.loopthread import LoopThread
 from lpxtop.model.alerts import Alert
 from lpxtop.model.snapshot import Snapshot
 
@@ -189,10 +188,7 @@ class FleetSource:
             alerts=(Alert("info", "prometheus", f"asking Prometheus at {settings.prometheus_url} ...",
                           settings.prometheus_url),),
         )
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-        self._ready = threading.Event()
+        self._loop_thread: LoopThread | None = None
 
     # ---- SnapshotSource ----
 
@@ -242,45 +238,27 @@ class FleetSource:
         return asyncio.run(once())
 
     def start(self) -> None:
-        if self._thread is not None:
+        """Refresh on a thread of its own (lpxtop/loopthread.py) every `refresh_s`, until `stop()`."""
+        if self._loop_thread is not None:
             return
-        self._thread = threading.Thread(target=self._thread_main, name="lpxtop-fleet", daemon=True)
-        self._thread.start()
-        self._ready.wait(10)
+        self._loop_thread = LoopThread("lpxtop-fleet")
+        self._loop_thread.start(self._main())
 
     def stop(self, timeout: float = 5.0) -> None:
-        loop, stopping = self._loop, self._stopping
-        if loop is not None and stopping is not None and loop.is_running():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(stopping.set)
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-
-    def _thread_main(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._main())
-        except Exception:  # noqa: BLE001
-            log.exception("fleet loop failed")
-        finally:
-            loop.close()
-            self._ready.set()
+        """Stop refreshing (a refresh under way is cancelled) and join the thread (bounded)."""
+        if self._loop_thread is not None:
+            self._loop_thread.stop(timeout)
+            self._loop_thread = None
 
     async def _main(self) -> None:
-        self._stopping = asyncio.Event()
-        self._ready.set()
         async with _http() as http:
-            while not self._stopping.is_set():
+            while True:
                 began = time.monotonic()
                 try:
                     await self.refresh(http)
                 except Exception:  # noqa: BLE001 - refresh turns failures into status lines; this is the last net
                     log.exception("fleet refresh failed")
-                delay = max(0.2, self.settings.refresh_s - (time.monotonic() - began))
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), delay)
+                await asyncio.sleep(max(0.2, self.settings.refresh_s - (time.monotonic() - began)))
 
 
 def _http() -> HttpClient:

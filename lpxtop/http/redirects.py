@@ -32,19 +32,19 @@ _CREDENTIAL_HEADERS = frozenset(("authorization", "proxy-authorization", "cookie
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def shown_url(url: str) -> str:
-    """`url` without user:password and without its query (which may hold a key), cut to 200 characters."""
+def shown_url(url: str, limit: int = 200) -> str:
+    """`url` without user:password and without its query (which may hold a key), cut to `limit` characters."""
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""
         port = parts.port
     except ValueError:
-        return url[:200]
+        return url[:limit]
     if ":" in host:
         host = f"[{host}]"
     netloc = f"{host}:{port}" if port is not None else host
     query = "…" if parts.query else ""
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))[:200]
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))[:limit]
 
 
 def next_url(method: str, url: str, status: int, location: str, visited: set[tuple[str, str]], hops: int,

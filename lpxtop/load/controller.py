@@ -33,6 +33,7 @@ from lpxtop.load.server_window import ServerWatch
 from lpxtop.load.step import StepRun, StepSpec
 from lpxtop.load.stepstats import RequestRecord, client_health, summarize
 from lpxtop.load.ticklag import TickLag
+from lpxtop.loopthread import LoopThread
 from lpxtop.model.load import Capacity, LoadState, StepResult
 from lpxtop.model.probe import Sample
 
@@ -82,8 +83,7 @@ class LoadController:
             planned_levels=plan.levels, slo_text=plan.slo.text if plan.slo else None,
             duration_s=plan.duration_s, warmup_s=plan.warmup_s, message="starting",
         )
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: LoopThread | None = None
         self._main: asyncio.Task | None = None
         self._run: StepRun | None = None
         self._stop_requested = threading.Event()
@@ -92,11 +92,19 @@ class LoadController:
         self._request_listeners: list[Callable[[int, RequestRecord], None]] = []
         self._sample_listeners: list[Callable[[int, str, Sample], None]] = []
         self._changed: list[Callable[[LoadState], None]] = []
+        self._state_hooks: list[Callable[[LoadState], LoadState]] = []
 
     # ---- any thread ----
 
     def state(self) -> LoadState:
-        return self._state
+        state = self._state
+        for hook in self._state_hooks:  # what arrives after a step ended (its server spans: load/chain.py)
+            state = hook(state)
+        return state
+
+    def add_state_hook(self, hook: Callable[[LoadState], LoadState]) -> None:
+        """`hook(state)` -> the state with what it adds, for every reader of `state()` (any thread)."""
+        self._state_hooks.append(hook)
 
     def add_mark_listener(self, listener: MarkListener) -> None:
         """`listener(kind, payload, wall_time)` for "load_start", "load_step_start", "load_step_end",
@@ -118,45 +126,39 @@ class LoadController:
         self._changed.append(listener)
 
     def start(self) -> None:
-        if self._thread is not None:
+        if self._loop_thread is not None:
             return
-        self._thread = threading.Thread(target=self._thread_main, name="lpxtop-load", daemon=True)
-        self._thread.start()
+        self._loop_thread = LoopThread("lpxtop-load")
+        self._loop_thread.start(self._run_to_end())
 
     def stop(self) -> None:
         """Stop at once: requests in flight are cancelled, the step under way is reported as partial."""
         self._stop_requested.set()
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._cancel_on_loop)
+        if self._loop_thread is not None:
+            self._loop_thread.call_soon(self._cancel_on_loop)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the run to end; True when it has."""
         return self._done.wait(timeout)
 
     def join(self, timeout: float = 10.0) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
+        if self._loop_thread is not None:
+            self._loop_thread.join(timeout)
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and not self._done.is_set()
+        return self._loop_thread is not None and not self._done.is_set()
 
     # ---- the load loop ----
 
-    def _thread_main(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
+    async def _run_to_end(self) -> None:
+        """The whole run, on the load thread's loop (lpxtop/loopthread.py), which ends with it."""
         try:
-            loop.run_until_complete(self._amain())
+            await self._amain()
         except Exception as exc:  # noqa: BLE001 - reported in the state and the exit status
             log.exception("load test failed")
             self.outcome, self.error = "error", f"{type(exc).__name__}: {exc}"
         finally:
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
             self.finished_at = self.finished_at or time.time()
             self._done.set()
 

@@ -17,7 +17,8 @@ import tempfile
 from collections.abc import Sequence
 
 from lpxtop import __version__, jsonout
-from lpxtop.load.search import fmt_ms
+from lpxtop.humanize import spoken_ms
+from lpxtop.model.chain import SPLIT_PARTS
 from lpxtop.model.load import SCHEMA, LoadState, StepResult, format_level
 
 
@@ -66,7 +67,7 @@ def report_json(
     }
 
 
-CSV_SKIP = ("errors", "slo", "client", "server", "rhythm")
+CSV_SKIP = ("errors", "slo", "client", "server", "rhythm", "chain", "ttft_split")
 
 
 def steps_csv(steps: Sequence[StepResult]) -> str:
@@ -86,6 +87,12 @@ def steps_csv(steps: Sequence[StepResult]) -> str:
         for key in ("kind", "peak_requests_waiting", "peak_requests_running", "peak_kv_cache_usage", "preemptions",
                     "prefix_cache_hit_rate", "mean_ttft_ms", "mean_queue_ms", "energy_j", "joules_per_output_token"):
             row[f"server_{key}"] = server.get(key)
+        # --traces-listen: the TTFT at p50 and p95 split by the requests' own server spans (empty without)
+        chain = data.get("chain") or {}
+        row["chain_requests_joined"] = chain.get("probes_joined")
+        for q, split in (data.get("ttft_split") or {"p50": None, "p95": None}).items():
+            for part in SPLIT_PARTS:
+                row[f"ttft_{q}_{part}"] = (split or {}).get(part)
         rows.append(row)
     if not rows:
         return ""
@@ -125,12 +132,13 @@ def dumps(report: dict) -> str:
 
 def step_table(state: LoadState) -> str:
     """The finished steps as a plain table, for the terminal after a headless run."""
+    split = any(s.chain is not None for s in state.steps)  # --traces-listen: TTFT p50/p95 as queue/prefill/outside
     header = ("step", "load", "status", "ok", "fail", "req/s", "tok/s", "TTFT p50", "TTFT p95", "TPOT p50",
-              "ITL p50", "E2E p95", "rhythm", "SLO")
+              "ITL p50", "E2E p95", "rhythm", *(("p50 q/p/out ms", "p95 q/p/out ms") if split else ()), "SLO")
     lines = [header]
     for s in state.steps:
         def ms(d, q: str) -> str:
-            return "--" if d is None else fmt_ms(getattr(d, q))
+            return "--" if d is None else spoken_ms(getattr(d, q))
 
         slo = "--" if s.slo_met is None else ("met" if s.slo_met else "missed")
         if s.client.limited:
@@ -142,7 +150,15 @@ def step_table(state: LoadState) -> str:
             "--" if s.request_throughput is None else f"{s.request_throughput:.2f}",
             "--" if s.output_throughput is None else f"{s.output_throughput:.1f}",
             ms(s.ttft_ms, "p50"), ms(s.ttft_ms, "p95"), ms(s.tpot_ms, "p50"), ms(s.itl_ms, "p50"),
-            ms(s.e2el_ms, "p95"), s.rhythm.describe() if s.rhythm is not None else "--", slo,
+            ms(s.e2el_ms, "p95"), s.rhythm.describe() if s.rhythm is not None else "--",
+            *((_split_text(s, 50), _split_text(s, 95)) if split else ()), slo,
         ))
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in lines)
+
+
+def _split_text(step: StepResult, quantile: int) -> str:
+    split = step.chain.split_at(quantile) if step.chain is not None else None
+    if split is None:
+        return "--"
+    return f"{split.queue_ms:.1f}/{split.prefill_ms:.1f}/{split.outside_ms:.1f}"

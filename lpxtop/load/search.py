@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lpxtop.humanize import spoken_ms
 from lpxtop.model.load import Capacity, StepResult, format_level
 
 GROWTH = 2.0
@@ -231,20 +232,7 @@ def _figures(step: StepResult) -> str:
             unit = "tok/s" if r.metric.startswith("output") else "req/s"
             parts.append(f"{r.metric.replace('_', ' ')} {r.value:.3g} {unit}")
         else:
-            parts.append(f"{r.metric.replace('_', ' ')} {fmt_ms(r.value)}")
+            parts.append(f"{r.metric.replace('_', ' ')} {spoken_ms(r.value)}")
     parts.append(f"{step.failed} error{'s' if step.failed != 1 else ''}" if step.failed == 0
                  else f"{step.failed} errors ({(step.error_rate or 0) * 100:.1f} %)")
     return ", ".join(parts)
-
-
-def fmt_ms(ms: float) -> str:
-    """430 ms, 6.10 s: how a person says a latency."""
-    if ms >= 100_000:
-        return f"{ms / 1000:.0f} s"
-    if ms >= 10_000:
-        return f"{ms / 1000:.1f} s"
-    if ms >= 1000:
-        return f"{ms / 1000:.2f} s"
-    if ms >= 10:
-        return f"{ms:.0f} ms"
-    return f"{ms:.2g} ms"

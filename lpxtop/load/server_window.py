@@ -26,6 +26,7 @@ from lpxtop.model.events import EngineEvent, GpuEvent, ScrapeEvent
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.load import ServerDuringStep
 from lpxtop.model.server import ServerMetrics
+from lpxtop.numbers import is_finite
 
 READ_TIMEOUT_S = 5.0
 MAX_METRICS_BYTES = 8 * 1024 * 1024
@@ -180,9 +181,9 @@ class ServerWatch:
             if not self.metrics_url:
                 return None
             return ServerDuringStep(kind=self.kind, status=self.status, scrapes=0)
-        waiting = [m.requests_waiting for m in scrapes if _finite(m.requests_waiting)]
-        running = [m.requests_running for m in scrapes if _finite(m.requests_running)]
-        kv = [m.kv_cache_usage for m in scrapes if _finite(m.kv_cache_usage)]
+        waiting = [m.requests_waiting for m in scrapes if is_finite(m.requests_waiting)]
+        running = [m.requests_running for m in scrapes if is_finite(m.requests_running)]
+        kv = [m.kv_cache_usage for m in scrapes if is_finite(m.kv_cache_usage)]
         for reading in (first, last):
             if reading is not None:
                 if reading.waiting is not None:
@@ -202,11 +203,11 @@ class ServerWatch:
         def ratio(num: str, den: str) -> float | None:
             n, d = delta(num), delta(den)
             value = n / d if n is not None and d else None
-            return value if _finite(value) else None
+            return value if is_finite(value) else None
 
         def first_or_last(reading: CounterReading | None, index: int) -> float | None:
             value = reading.waiting if reading else (scrapes[index].requests_waiting if scrapes else None)
-            return value if _finite(value) else None
+            return value if is_finite(value) else None
 
         kind = self.kind or _kind_of(scrapes[-1] if scrapes else None)
         tokens = delta("generation_tokens")
@@ -248,10 +249,6 @@ class ServerWatch:
                 note = "no tokens generated in the window"
         return {"energy_j": joules, "energy_gpus": gpus, "energy_note": note,
                 "joules_per_output_token": joules / tokens if joules is not None and tokens and tokens > 0 else None}
-
-
-def _finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
 
 
 def _kind_of(metrics: ServerMetrics | None) -> str | None:

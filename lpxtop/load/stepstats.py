@@ -12,7 +12,6 @@ and the pooled ITL gaps in one `array('d')`; the live view reads only the most r
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections import Counter, deque
 from dataclasses import dataclass
@@ -246,5 +245,3 @@ def client_health(
     )
 
 
-def finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)

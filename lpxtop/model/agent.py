@@ -14,7 +14,7 @@ send to call 2's last token.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lpxtop.model.endpoint import PLATFORM_APIS
@@ -163,6 +163,16 @@ SEGMENT_LABELS = {
     "tool": "tool",
     "outside": "outside the engine",
 }
+# The same step split by the calls' own server spans (--traces-listen, lpxtop/engine/traces/views.py): the
+# server's queue, prefill and decode of both calls, lpxtop's tool, and the rest of the step outside them
+SPAN_SEGMENTS = ("queue", "prefill", "decode", "tool", "outside")
+SPAN_SEGMENT_LABELS = {
+    "queue": "queue",
+    "prefill": "prefill",
+    "decode": "decode",
+    "tool": "tool",
+    "outside": "outside queue/prefill/decode",
+}
 
 
 @dataclass(frozen=True)
@@ -224,6 +234,10 @@ class AgentView:
     steps_client_limited: int = 0  # steps during which lpxtop itself was late: left out of the times by default
     # the times count client-limited steps (asked for, or no other step with times was in the window)
     percentiles_with_client_limited: bool = False
+    # where a step's time goes by its calls' own server spans (SPAN_SEGMENTS; mean over the window's steps
+    # whose every call was joined to its span); empty without a receiver or such a step
+    span_breakdown_ms: Mapping[str, float] = field(default_factory=dict)
+    span_breakdown_steps: int = 0
 
     @property
     def recent_errors(self) -> tuple[AgentStep, ...]:
@@ -253,6 +267,8 @@ class AgentView:
             "chain": self.chain.to_json() if self.chain is not None else {"steps": self.chain_steps, "p50_ms": None,
                                                                           "p95_ms": None},
             "breakdown_ms": {k: round(v, 3) for k, v in self.breakdown_ms.items()},
+            "breakdown_spans_ms": {k: round(v, 3) for k, v in self.span_breakdown_ms.items()},
+            "breakdown_spans_steps": self.span_breakdown_steps,
             "last_error": self.last_error,
         }
         if self.api in PLATFORM_APIS:

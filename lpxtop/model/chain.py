@@ -27,6 +27,9 @@ UNJOINED_REASONS = (
     "no_span",  # nothing with its trace id came within the wait
     "span_without_latency_attributes",  # spans came, none with a segment lpxtop reads
     "receiver_dropped",  # the receiver dropped spans (rate, size, garbage) while this one was awaited
+    "store_full",  # pushed out of the bounded store by newer requests before its span came
+    "span_parent_unknown",  # spans came for its trace (shared by an agent step's calls), none under its own span
+    "deadline",  # `once` ended (--deadline) before its span came
 )
 
 
@@ -49,6 +52,8 @@ class SpanSegments:
     server_ttft_ms: float | None = None
     server_e2e_ms: float | None = None
     complete: bool = True  # False: more spans of this trace may still add segments (SGLang's slices)
+    span_id: str | None = None  # the span's own id (hex), and its parent's: a request lpxtop sent is the
+    parent_span_id: str | None = None  # parent of its server span, so calls sharing one trace are told apart
 
     @property
     def has_latency(self) -> bool:
@@ -74,10 +79,21 @@ class JoinedRequest:
     server_e2e_ms: float | None = None
     outside_ms: float | None = None
     tag: str | None = None  # the sender's own label (a load step, an agent call), passed through
+    span_id: str | None = None  # lpxtop's span of the request (its traceparent's), None when not noted
+    client_limited: bool = False  # lpxtop was late while it ran: no outside or to-server from it (its TTFT holds the delay)
 
     @property
     def wall_time(self) -> float:
         return self.sent_wall_ns / 1e9
+
+    @property
+    def server_other_ms(self) -> float | None:
+        """The server's TTFT outside its queue and prefill: its front end, tokenization, the hop to the engine.
+        Not clamped at 0: the server takes its TTFT and its queue/prefill on two clocks (vLLM: the front end's
+        and the engine core's), and a small negative value says so, where a clamp would break the sum."""
+        if self.server_ttft_ms is None or self.queue_ms is None or self.prefill_ms is None:
+            return None
+        return self.server_ttft_ms - self.queue_ms - self.prefill_ms
 
     def to_json(self) -> dict:
         def r(x: float | None) -> float | None:
@@ -90,6 +106,40 @@ class JoinedRequest:
             "decode_ms": r(self.decode_ms), "server_ttft_ms": r(self.server_ttft_ms),
             "server_e2e_ms": r(self.server_e2e_ms), "outside_ms": r(self.outside_ms),
         }
+
+
+@dataclass(frozen=True)
+class UnjoinedRequest:
+    """One request lpxtop sent whose wait for its server span ended without one, and why (UNJOINED_REASONS)."""
+
+    trace_id: str
+    endpoint: str
+    kind: str
+    sent_wall_ns: int
+    reason: str
+    tag: str | None = None
+    span_id: str | None = None
+
+    @property
+    def wall_time(self) -> float:
+        return self.sent_wall_ns / 1e9
+
+
+@dataclass(frozen=True)
+class ChainEvent:
+    """A request's chain settled (an engine event, lpxtop/model/events.py): joined to its server span
+    (`joined`), or given up on (`unjoined`). `wall_time` is when lpxtop learned it. The recorder keeps
+    them, so a replay shows the Chain tab and the exact Gap as they were."""
+
+    wall_time: float
+    endpoint: str
+    joined: JoinedRequest | None = None
+    unjoined: UnjoinedRequest | None = None
+
+    @property
+    def kind(self) -> str:
+        settled = self.joined or self.unjoined
+        return settled.kind if settled is not None else "probe"
 
 
 @dataclass(frozen=True)
@@ -174,3 +224,64 @@ class ReceiverStats:
 
 def _p(p: Percentiles | None) -> dict | None:
     return None if p is None else p.to_json()
+
+
+SPLIT_QUANTILES = (50, 95)
+SPLIT_PARTS = ("queue_ms", "prefill_ms", "server_other_ms", "outside_ms")
+
+
+@dataclass(frozen=True)
+class TtftSplit:
+    """A load step's TTFT at a quantile, split by its requests' own server spans.
+
+    The requests whose client TTFT lies around the quantile (the nearest ranks: 5 % of the step's joined
+    requests, at least one) and the mean of each part over them: the server's queue, its prefill, the rest
+    of its TTFT (its front end, tokenization, the hop to the engine: `server_other_ms`), and the time
+    outside the server. The parts add up to `ttft_ms`, those requests' mean client TTFT, exactly.
+    """
+
+    quantile: int
+    ttft_ms: float
+    queue_ms: float
+    prefill_ms: float
+    server_other_ms: float
+    outside_ms: float
+    requests: int
+
+    def to_json(self) -> dict:
+        return {"ttft_ms": round(self.ttft_ms, 3), "queue_ms": round(self.queue_ms, 3),
+                "prefill_ms": round(self.prefill_ms, 3), "server_other_ms": round(self.server_other_ms, 3),
+                "outside_ms": round(self.outside_ms, 3), "requests": self.requests}
+
+
+@dataclass(frozen=True)
+class StepChain:
+    """A load step's requests joined to their server spans: the chain (as an endpoint's, over the step's
+    counted requests; `all_requests`: every span that started during the step) and the TTFT split."""
+
+    summary: ChainSummary
+    split: tuple[TtftSplit, ...] = ()
+
+    def split_at(self, quantile: int) -> TtftSplit | None:
+        return next((s for s in self.split if s.quantile == quantile), None)
+
+    def split_json(self) -> dict:
+        return {f"p{q}": (s.to_json() if (s := self.split_at(q)) is not None else None) for q in SPLIT_QUANTILES}
+
+
+def ttft_split(requests: list[JoinedRequest], quantile: int) -> TtftSplit | None:
+    """The split of the TTFT at `quantile` (see TtftSplit) over joined requests with every part known."""
+    usable = sorted((r for r in requests if r.client_ttft_ms is not None and r.outside_ms is not None
+                     and r.server_other_ms is not None), key=lambda r: r.client_ttft_ms or 0.0)
+    n = len(usable)
+    if not n:
+        return None
+    center = round(quantile / 100 * (n - 1))
+    half = round(0.025 * n)
+    band = usable[max(0, center - half): min(n, center + half + 1)]
+
+    def mean(name: str) -> float:
+        return sum(getattr(r, name) for r in band) / len(band)
+
+    return TtftSplit(quantile, mean("client_ttft_ms"), mean("queue_ms"), mean("prefill_ms"), mean("server_other_ms"),
+                     mean("outside_ms"), len(band))

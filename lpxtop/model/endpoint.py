@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from lpxtop.textsafe import register_credential, register_secret
 
 DEFAULT_PROMPT = "Write one short sentence about the sea."
 # APIs of agent platforms: one request per agent step, the platform runs the model calls and tools itself
@@ -12,6 +15,10 @@ DEFAULT_PROMPT = "Write one short sentence about the sea."
 PLATFORM_APIS = ("dify", "dify-workflow", "coze")
 # Query parameters whose value is a credential (Gemini's `key=`, signed URLs' `sig=`).
 SECRET_PARAM = re.compile(r"(?i)(^|[-_])(key|token|secret|sig|signature|password|auth)$")
+# Configured headers whose values are not credentials: every other header's value is registered as a secret.
+PLAIN_HEADERS = frozenset(
+    ("accept", "accept-encoding", "accept-language", "cache-control", "connection", "content-type", "user-agent")
+)
 
 
 @dataclass(frozen=True)
@@ -19,8 +26,9 @@ class EndpointConfig:
     """One OpenAI-compatible endpoint to probe.
 
     `url` is the API base, ending in `/v1` (``http://127.0.0.1:8000/v1``), with the query that every
-    request carries when there is one (Azure's ``?api-version=...``). The API key itself is never
-    stored here: only the name of the environment variable that holds it.
+    request carries when there is one (Azure's ``?api-version=...``). Of the API key, the fields hold only
+    the name of the environment variable that holds it: the key is read once, as the configuration is built
+    (`__post_init__`), into `sent_headers`, which no field, repr, comparison, JSON, export or recording holds.
     """
 
     name: str
@@ -58,6 +66,22 @@ class EndpointConfig:
     bot_id: str | None = None  # a Coze bot (api "coze")
     # A Dify workflow's `inputs` (api "dify-workflow"): its Start node's variables. Values are JSON values.
     inputs: tuple[tuple[str, object], ...] = ()
+
+    def __post_init__(self) -> None:
+        sent, key_set = _resolve_credentials(self.api_key_env, self.headers)
+        object.__setattr__(self, "_sent_headers", sent)
+        object.__setattr__(self, "_api_key_set", key_set)
+
+    @property
+    def sent_headers(self) -> dict[str, str]:
+        """The headers every request to the endpoint carries: the configured ones, and `Authorization: Bearer`
+        with the key from `api_key_env` (which wins over a configured one). Never to be shown or stored."""
+        return dict(self._sent_headers)  # type: ignore[attr-defined]
+
+    @property
+    def api_key_missing(self) -> bool:
+        """`api_key_env` names a variable that was unset or empty when the configuration was built."""
+        return self.api_key_env is not None and not self._api_key_set  # type: ignore[attr-defined]
 
     @property
     def is_platform(self) -> bool:
@@ -123,3 +147,23 @@ class EndpointConfig:
             # the inputs' names only: their values are the user's data
             **({"inputs": sorted(k for k, _ in self.inputs)} if self.api == "dify-workflow" else {}),
         }
+
+
+def _resolve_credentials(
+    api_key_env: str | None, headers: tuple[tuple[str, str], ...]
+) -> tuple[tuple[tuple[str, str], ...], bool]:
+    """The headers an endpoint sends and whether its key was found: the one place an endpoint's credentials are
+    read (the key from the environment) and registered with `textsafe`, whole and after a scheme such as
+    "Bearer" on its own, so that a server that echoes the request back cannot get them shown or stored."""
+    if not api_key_env and not headers:
+        return (), False
+    for name, value in headers:
+        if name.lower() not in PLAIN_HEADERS:
+            register_credential(value)
+    key = os.environ.get(api_key_env) if api_key_env else None
+    if not key:
+        return headers, False
+    register_secret(key)
+    sent = dict(headers)
+    sent["Authorization"] = f"Bearer {key}"  # the named key wins over a stray configured header
+    return tuple(sent.items()), True

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.alerts import Alert
+from lpxtop.model.chain import ChainEvent
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.host import HostSnapshot
 from lpxtop.model.ports import LeftoverProcess, PortStatus
@@ -82,5 +83,5 @@ class ControlEvent:
 
 EngineEvent = (
     SampleEvent | ScrapeEvent | GpuEvent | SystemEvent | SnapshotEvent | AlertsEvent | ControlEvent
-    | AgentStepEvent
+    | AgentStepEvent | ChainEvent
 )

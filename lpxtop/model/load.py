@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from lpxtop.jsonout import json_safe
+from lpxtop.model.chain import StepChain
 from lpxtop.model.probe import quantile_sorted
 
 SCHEMA = "lpxtop-load/1"
@@ -234,6 +235,8 @@ class StepResult:
     wall_s: float = 0.0  # the whole step: warm-up, window, drain
     window_extended_s: float = 0.0  # closed loop: the window ran this much longer, until every worker sent once
     rhythm: Rhythm | None = None  # how synchronised the counted requests' sends were
+    # the counted requests joined to their server spans (--traces-listen: lpxtop/load/chain.py); None without
+    chain: StepChain | None = None
 
     @property
     def requests(self) -> int:
@@ -293,6 +296,8 @@ class StepResult:
         out["wall_s"] = _r(self.wall_s, 3)
         out["window_extended_s"] = _r(self.window_extended_s, 3)
         out["rhythm"] = self.rhythm.to_json() if self.rhythm is not None else None
+        out["chain"] = self.chain.summary.to_json() if self.chain is not None else None
+        out["ttft_split"] = self.chain.split_json() if self.chain is not None else None
         return json_safe(out)  # a server's +Inf or NaN never reaches a report, a recording or an export
 
 

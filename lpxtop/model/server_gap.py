@@ -9,6 +9,9 @@ shown only where the two sides describe the same requests, and otherwise not at 
 - ``probe_only`` (exact): between two reads of the server's histogram the server counted exactly as
   many first tokens as lpxtop's probes had between those reads, so the histogram's sum growth is the
   server's TTFT of those very probes: gap = (Σ probe TTFT − Δsum) / n.
+- ``joined_spans`` (exact, per probe): the server's own span of each probe came back with its TTFT
+  (--traces-listen: lpxtop/engine/traces), so gap = the mean over those probes of client TTFT − server
+  TTFT for that very request. It comes first: it holds under any load.
 - ``window_means`` (an estimate with a range): other requests shared the window, but the histogram
   says every TTFT in it lay within a narrow range [a, b] (a server that did not queue). The probes'
   server TTFTs lay in it too, so their gap is within [client mean − b, client mean − a] for certain;
@@ -28,12 +31,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lpxtop.model.chain import ChainSummary
 from lpxtop.model.probe import Sample
 from lpxtop.model.server import ServerMetrics
 
 MAX_RANGE_MS = 20.0  # a window_means gap is shown only when the server's TTFTs fit in a range this narrow
 QUEUED_MS = 1.0  # a mean queue time above this says the server queued requests in the window
-METHODS = ("probe_only", "window_means")
+METHODS = ("joined_spans", "probe_only", "window_means")
 
 
 @dataclass(frozen=True)
@@ -73,8 +77,12 @@ class TtftGap:
 MAX_TTFT_MS = 86_400_000.0
 
 
-def ttft_gap(samples: Sequence[Sample], server: ServerMetrics | None) -> TtftGap:
-    """The gap for one endpoint: its probes in the window (oldest first) against its server's metrics."""
+def ttft_gap(samples: Sequence[Sample], server: ServerMetrics | None, chain: ChainSummary | None = None) -> TtftGap:
+    """The gap for one endpoint: its probes in the window (oldest first) against its server's metrics, or
+    its probes joined to their own server spans (`chain`) when there are any."""
+    outside = chain.outside_ms if chain is not None else None
+    if outside is not None and outside.count and math.isfinite(outside.mean):
+        return TtftGap(outside.mean, "joined_spans", outside.mean, outside.mean, outside.count)
     if server is None or not server.ok:
         return TtftGap(None, reason="no server metrics")
     latency = server.server_ttft_ms

@@ -8,6 +8,7 @@ from functools import cached_property
 
 from lpxtop.model.agent import AgentView
 from lpxtop.model.alerts import Alert
+from lpxtop.model.chain import ChainSummary
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.energy import EndpointEnergy
 from lpxtop.model.gpu import GpuSnapshot
@@ -114,6 +115,8 @@ class EndpointView:
     server_summary: ServerSummary | None = None  # the server's gauges across the probes' span
     agent: AgentView | None = None  # the agent-step probe's window (engine/agent), when it is on
     energy: EndpointEnergy | None = None  # joules per output token of its GPUs (engine/gpu/accel/energy.py)
+    # the probes joined to the server's own spans (engine/traces); None: no receiver (--traces-listen)
+    chain: ChainSummary | None = None
 
     @property
     def name(self) -> str:
@@ -134,7 +137,7 @@ class EndpointView:
     @cached_property
     def ttft_gap(self) -> TtftGap:
         """Time outside the engine: the probes' TTFT minus the server's own, where they compare (server_gap)."""
-        return ttft_gap(self.samples, self.server)
+        return ttft_gap(self.samples, self.server, self.chain)
 
     @property
     def recent_errors(self) -> tuple[Sample, ...]:
@@ -181,6 +184,7 @@ class EndpointView:
             "last_error": self.last_error,
             "agent": self.agent.to_json() if self.agent is not None else None,
             "energy": self.energy.to_json() if self.energy is not None else None,
+            "chain": self.chain.to_json() if self.chain is not None else None,
         }
         if self.host is not None:
             data["host"] = self.host

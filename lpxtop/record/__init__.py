@@ -2,7 +2,7 @@
 
 Inputs are recorded, not screens: every probe sample, normalized scrape, GPU/host/port reading, alert
 change and mark (load step, bookmark), in the order the engine's loop produced them. Replay feeds them
-through the live statistics code (`lpxtop.engine.stats.EndpointWindow`), so a replayed percentile is
+through the live statistics code (`lpxtop.engine.window.EndpointWindow`), so a replayed percentile is
 the live one by construction.
 
 Modules: `codec` (dataclasses to compact JSON and back, tolerant of added and removed fields),

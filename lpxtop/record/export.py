@@ -35,6 +35,7 @@ from typing import IO, Any
 
 from lpxtop.jsonout import dumps, json_safe
 from lpxtop.model.agent import AgentStepEvent
+from lpxtop.model.chain import ChainEvent
 from lpxtop.model.events import AlertsEvent, ControlEvent, GpuEvent, SampleEvent, ScrapeEvent, SystemEvent
 from lpxtop.record.reading import Event, Recording
 from lpxtop.record.records import Mark
@@ -43,10 +44,11 @@ from lpxtop.textsafe import printable
 
 FORMATS = ("jsonl", "csv", "openmetrics")
 LOAD_MARKS = ("load_step", "load")  # lpxtop load's marks (lpxtop/load/recording.py)
-WHAT = ("probes", "agent", "server", "gpu", "host", "alerts", "load", "marks")
+WHAT = ("probes", "agent", "chain", "server", "gpu", "host", "alerts", "load", "marks")
 _STREAM_TYPES: dict[str, tuple[type, ...]] = {
     "probes": (SampleEvent,),
     "agent": (AgentStepEvent,),
+    "chain": (ChainEvent,),
     "server": (ScrapeEvent,),
     "gpu": (GpuEvent,),
     "host": (SystemEvent,),
@@ -67,8 +69,8 @@ def export(recording: Recording, out: IO[str], *, fmt: str = "jsonl", what: Sequ
     if unknown:
         raise ValueError(f"--what: unknown {', '.join(map(repr, unknown))} (choose from {', '.join(WHAT)})")
     if fmt == "csv" and len(what) != 1:
-        raise ValueError("--format csv writes one kind of line: give one --what (probes, server, gpu, host, alerts, "
-                         "load or marks), or use jsonl")
+        raise ValueError("--format csv writes one kind of line: give one --what (probes, chain, server, gpu, host, "
+                         "alerts, load or marks), or use jsonl")
     rows = _rows(recording, what, t_from, t_to)
     if fmt == "jsonl":
         return _write_jsonl(rows, out)
@@ -103,6 +105,8 @@ def _stream_rows(events: Iterable[Event], what: Sequence[str]) -> Iterator[tuple
             rows = [probe_row(record, event.t)]
         elif kind is AgentStepEvent:
             rows = [agent_step_row(record, event.t)]
+        elif kind is ChainEvent:
+            rows = [chain_row(record)]
         elif kind is ScrapeEvent:
             rows = [{"type": "server", "endpoint": record.endpoint, "time": record.wall_time,
                      **record.metrics.to_json()}]
@@ -155,6 +159,23 @@ def agent_step_row(event: AgentStepEvent, recorded_at: float | None = None) -> d
         row[f.name] = _plain(getattr(step, f.name))
     if recorded_at is not None:
         row["recorded_at"] = recorded_at
+    return row
+
+
+def chain_row(event: ChainEvent) -> dict:
+    """A request joined to its server span (--traces-listen), or given up on: `type` "chain", `endpoint`,
+    `time` (Unix seconds, when it was sent), `joined`, `reason` (why not, or null), then the segments (ms)."""
+    settled = event.joined or event.unjoined
+    row: dict[str, Any] = {"type": "chain", "endpoint": event.endpoint,
+                           "time": settled.wall_time if settled is not None else event.wall_time,
+                           "joined": event.joined is not None,
+                           "reason": event.unjoined.reason if event.unjoined is not None else None}
+    if event.joined is not None:
+        row.update({k: v for k, v in event.joined.to_json().items() if k != "endpoint"})
+        row["tag"] = event.joined.tag
+    elif event.unjoined is not None:
+        row.update({"trace_id": event.unjoined.trace_id, "kind": event.unjoined.kind, "tag": event.unjoined.tag})
+    row["recorded_at"] = event.wall_time
     return row
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import os
 import socket
 import sqlite3
 import threading
@@ -63,15 +62,6 @@ def mask_endpoint(config: EndpointConfig) -> EndpointConfig:
     if not config.headers:
         return config
     return replace(config, headers=tuple((name, textsafe.MASK) for name, _ in config.headers))
-
-
-def register_endpoint_secrets(configs: Iterable[EndpointConfig]) -> None:
-    """Make textsafe mask each endpoint's API key and header values wherever they appear."""
-    for config in configs:
-        if config.api_key_env:
-            textsafe.register_secret(os.environ.get(config.api_key_env))
-        for _, value in config.headers:
-            textsafe.register_secret(value)
 
 
 class _MarkRequest:
@@ -194,8 +184,7 @@ class Recorder:
     def attach(self, engine: Any, endpoints: Iterable[EndpointConfig] = ()) -> None:
         """Listen to `engine` and start the writer thread. `endpoints` are recorded at once (a headless
         `once` publishes its only snapshot at the end)."""
-        configs = list(endpoints)
-        register_endpoint_secrets(configs)
+        configs = list(endpoints)  # their credentials were registered for masking as they were built
         now = time.time()
         for config in configs:
             self._pending.append((now, EndpointInfo(config, config.model)))
@@ -394,7 +383,7 @@ class Recorder:
         if snap.wall_time >= self._next_keyframe:
             self._next_keyframe = snap.wall_time + KEYFRAME_EVERY_S
             bare = replace(snap, endpoints=tuple(
-                replace(v, samples=(), server_history=(),
+                replace(v, samples=(), server_history=(), chain=None,  # the chain: rebuilt from its ChainEvents
                         agent=replace(v.agent, samples=()) if v.agent is not None else None)
                 for v in snap.endpoints))
             self._encoder.type_name(Snapshot)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lpxtop.model.agent import AgentStepEvent
+from lpxtop.model.chain import ChainEvent
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.events import (
     AlertsEvent,
@@ -60,5 +61,6 @@ STREAM_TYPES: tuple[type, ...] = (
     ControlEvent,
     EndpointInfo,
     AgentStepEvent,
+    ChainEvent,
 )
 KEYFRAME_TYPE = Snapshot

@@ -23,9 +23,12 @@ from lpxtop.engine.agent.prober import agent_view, with_agent
 from lpxtop.engine.agent.window import AgentWindow
 from lpxtop.engine.gpu.accel.energy import REPLAY_LOOKBACK_S, EnergyMeter
 from lpxtop.engine.source import Capabilities
-from lpxtop.engine.stats import EndpointWindow, server_kind
+from lpxtop.engine.traces.join import TraceJoin
+from lpxtop.engine.traces.views import with_chain
+from lpxtop.engine.window import EndpointWindow, Tally, server_kind
 from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.alerts import Alert
+from lpxtop.model.chain import ChainEvent
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.events import AlertsEvent, ControlEvent, GpuEvent, SampleEvent, ScrapeEvent, SystemEvent
 from lpxtop.model.gpu import GpuSnapshot
@@ -108,6 +111,7 @@ class ReplayState:
         self.seq = 0  # the last event applied
         self.t: float | None = None  # the moment the state stands at
         self.energy = EnergyMeter()  # as the engine's, fed the same readings
+        self.chain: TraceJoin | None = None  # the requests joined to their server spans, once a ChainEvent came
 
     def restore(self, after_seq: int, t: float, keyframe: Snapshot) -> None:
         """Start from a keyframe: counters and last readings as published then, windows empty."""
@@ -117,17 +121,13 @@ class ReplayState:
             ep = self._endpoint(view.name)
             ep.set_config(view.config)
             ep.model, ep.server, ep.known = view.model, view.server, True
-            w = ep.window
-            w.sent, w.ok, w.failed = view.probes_sent, view.probes_ok, view.probes_failed
-            w.client_limited = view.probes_client_limited
-            w.errors.update(view.errors)
-            w.last_error, w.last_error_time = view.last_error, view.last_error_time
+            ep.window.tally = Tally(view.probes_sent, view.probes_ok, view.probes_failed, view.probes_client_limited,
+                                    view.errors, view.last_error, view.last_error_time)
             if view.agent is not None:
-                a, counts = ep.agent_window(), view.agent
-                a.sent, a.ok, a.failed = counts.steps_sent, counts.steps_ok, counts.steps_failed
-                a.client_limited = counts.steps_client_limited
-                a.errors.update(counts.errors)
-                a.last_error, a.last_error_time = counts.last_error, counts.last_error_time
+                counts = view.agent
+                ep.agent_window().tally = Tally(counts.steps_sent, counts.steps_ok, counts.steps_failed,
+                                                counts.steps_client_limited, counts.errors, counts.last_error,
+                                                counts.last_error_time)
         self.gpu, self.host, self.ports, self.leftovers = keyframe.gpu, keyframe.host, keyframe.ports, keyframe.leftovers
         self.alerts = keyframe.alerts
         self.paused, self.interval_s = keyframe.paused, keyframe.interval_s
@@ -164,12 +164,20 @@ class ReplayState:
             ep = self._endpoint(record.config.name)
             ep.set_config(record.config)
             ep.model, ep.known = record.model, True
+        elif kind is ChainEvent:
+            if self.chain is None:
+                self.chain = TraceJoin(window_s=self.window_s, max_samples=self.max_samples)
+            settled = record.joined or record.unjoined
+            if settled is not None:
+                self.chain.add_outcome(settled)
         elif kind is ControlEvent:
             if record.command == "reset":  # as the engine's _reset: every window, the agent's too
                 for ep in self.endpoints.values():
                     ep.window.reset()
                     if ep.agent is not None:
                         ep.agent.reset()
+                if self.chain is not None:
+                    self.chain.reset()
             elif record.command == "paused":
                 self.paused = bool(record.value)
             elif record.command == "interval" and isinstance(record.value, (int, float)):
@@ -180,6 +188,8 @@ class ReplayState:
     def snapshot(self, now: float, seq: int) -> Snapshot:
         """The snapshot the engine would have published at `now` (in_flight is not recorded: False)."""
         views = tuple(ep.view(now) for ep in self.endpoints.values() if ep.known)
+        if self.chain is not None:  # the recording had a receiver: the chain as the engine's feed showed it
+            views = tuple(with_chain(v, self.chain, now) for v in views)
         interval = self.interval_s
         if interval is None:
             interval = min((ep.config.interval_s for ep in self.endpoints.values() if ep.known), default=2.0)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lpxtop import durations
+from lpxtop.humanize import file_size
 from lpxtop.record.fileformat import is_recording
 
 DEFAULT_RETAIN_S = 48 * 3600.0
@@ -49,14 +50,6 @@ def parse_size(text: str) -> int:
     return value
 
 
-def format_size(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
 def default_directory() -> Path:
     """`$XDG_STATE_HOME/lpxtop`, else `~/.local/state/lpxtop`."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
@@ -84,7 +77,7 @@ class Retention:
 
     def describe(self) -> str:
         age = "forever" if self.retain_s is None else f"{self.retain_s / 3600:g} h"
-        size = "no size limit" if self.max_bytes is None else f"at most {format_size(self.max_bytes)}"
+        size = "no size limit" if self.max_bytes is None else f"at most {file_size(self.max_bytes)}"
         return f"kept {age}, {size}"
 
 

@@ -1,7 +1,7 @@
 """A simulated OpenAI-compatible inference server that behaves like vLLM 0.32 (the demo and test bench).
 
 - config.py     SimConfig: timing, capacity, start-up faults
-- engine.py     continuous batching, KV cache and preemption, background load (one asyncio loop);
+- scheduler.py  continuous batching, KV cache and preemption, background load (one asyncio loop);
                 prefix_cache.py: prefix-cache hits; text.py: toy tokenizer and generated words
 - handlers.py   HTTP endpoints; streaming.py: one response (SSE or JSON) and its faults; wire.py: JSON shapes
 - metrics.py    /metrics with vLLM V1's names, labels and buckets

@@ -42,7 +42,7 @@ class SimConfig:
     # (clients, tokens): a closed loop of `clients` virtual clients, each asking for `tokens` output
     # tokens and asking again the moment its request ends, with the scheduler admitting new requests
     # only when the running batch has emptied, so they run in waves (as vLLM did under `vllm bench
-    # serve` with requests of one length). The waves' times are kept in Engine.waves (ground truth).
+    # serve` with requests of one length). The waves' times are kept in BatchScheduler.waves (ground truth).
     wave_load: tuple[int, int] | None = None
 
     batch_factor: float = 0.05

@@ -11,7 +11,7 @@ content is `{"name", "arguments", "plugin_id", "api_id", "plugin_type"}`), the t
 `completed_at` and `usage`: `token_count`, `output_count`, `input_count`) is followed by `event: done`
 with `data: "[DONE]"`.
 
-Both model rounds run through the sim's engine (sim/platform.py), the tool takes `dify_tool_latency_ms`.
+Both model rounds run through the sim's scheduler (sim/platform.py), the tool takes `dify_tool_latency_ms`.
 The record keeps `app["created_at"]` and `app["completed_at"]` as sent; event kinds "chat_created",
 "chat_in_progress", "function_call", "tool_response", "answer", "answer_completed", "verbose",
 "follow_up", "chat_completed", "done", "requires_action", "chat_failed".

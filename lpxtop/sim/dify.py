@@ -10,7 +10,7 @@ versions send them, `time_to_first_token` and `time_to_generate` of its last mod
 the round's submission to its first token, and from its first token to its last). Errors come as
 `{"event": "error", "status", "code", "message"}`.
 
-Both model rounds run through the sim's engine (sim/platform.py). Faults: `api_key` (HTTP 401 as Dify
+Both model rounds run through the sim's scheduler (sim/platform.py). Faults: `api_key` (HTTP 401 as Dify
 answers it), `fail_rate` (HTTP 500), `tool_fault: "no_tool_call"` (the app answers without a tool),
 `error_event_after_tokens` (an error event after that many answer tokens), `first_token_delay_ms`
 (round 1's first token later). Truth record kinds: "ping", "agent_thought", "tool_decision",

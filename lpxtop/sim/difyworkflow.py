@@ -10,7 +10,7 @@ The stream follows Dify's workflow apps (its API documentation, "Workflow App AP
 
 A node's `elapsed_time` is the sim's own clock from just before its node_started is written to just
 before its node_finished is; the workflow's from the request's arrival to just before workflow_finished.
-Both LLM nodes run through the sim's engine (sim/platform.py), the tool node takes
+Both LLM nodes run through the sim's scheduler (sim/platform.py), the tool node takes
 `dify_tool_latency_ms`. The record keeps each node (`record.nodes`: title, node_type, node_id, the send
 times of its two events, elapsed_s, status) and `record.app["elapsed_s"]`; event kinds "ping",
 "workflow_started", "node_started", "node_finished", "text_chunk", "workflow_finished", "error".

@@ -14,10 +14,10 @@ from aiohttp import web
 from lpxtop.sim.coze import CozeBot
 from lpxtop.sim.dify import DifyApp
 from lpxtop.sim.difyworkflow import DifyWorkflow
-from lpxtop.sim.engine import SimRequest
 from lpxtop.sim.faults import Faults
 from lpxtop.sim.metrics import METRICS_CONTENT_TYPE
 from lpxtop.sim.records import SimRecord
+from lpxtop.sim.scheduler import SimRequest
 from lpxtop.sim.streaming import StreamSession
 from lpxtop.sim.text import chat_prompt_tokens, completion_prompt_tokens
 from lpxtop.sim.tools import ToolCallPlan, ToolCallSession, plan_tool_call, tool_prompt_tokens
@@ -246,12 +246,12 @@ class SimHandlers:
             received_s=record.t_received_ns / 1e9,
             traceparent=request.headers.get("traceparent"),
         )
-        if not self.server.engine.submit(sim_request):
+        if not self.server.scheduler.submit(sim_request):
             raise RequestRejected(
                 503,
                 error_body(
                     503,
-                    f"The server is overloaded: {self.server.engine.requests_waiting} requests are waiting "
+                    f"The server is overloaded: {self.server.scheduler.requests_waiting} requests are waiting "
                     f"(max_waiting={cfg.max_waiting}). Retry later.",
                 ),
             )

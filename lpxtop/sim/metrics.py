@@ -49,7 +49,7 @@ def build_1_2_5_buckets(max_value: int) -> list[int]:
 
 
 class SimMetrics:
-    """Every vLLM V1 metric family, fed by the sim's engine with its real internal timings."""
+    """Every vLLM V1 metric family, fed by the sim's scheduler with its real internal timings."""
 
     def __init__(self, model: str, max_model_len: int, kv_tokens: int, block_size: int = 16) -> None:
         self.registry = CollectorRegistry()

@@ -1,8 +1,8 @@
 """What the simulated agent platforms share (a Dify app, a Dify workflow, a Coze bot): the request's truth
-record, the checks every platform makes first, model rounds through the sim's engine, and writing events
+record, the checks every platform makes first, model rounds through the sim's scheduler, and writing events
 with their send times recorded.
 
-Each platform's model rounds run through the sim's engine (queueing, prefill, decode, like any request);
+Each platform's model rounds run through the sim's scheduler (queueing, prefill, decode, like any request);
 its tool takes `dify_tool_latency_ms` (one setting for every simulated platform). A record's events are
 (t_ns, kind, n_tokens), t_ns taken just before the event's bytes were written (lpxtop/sim/records.py).
 """
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from lpxtop.engine.traces.context import parse_traceparent
-from lpxtop.sim.engine import SimRequest
 from lpxtop.sim.records import SimRecord
+from lpxtop.sim.scheduler import SimRequest
 from lpxtop.sim.text import tokenize
 
 if TYPE_CHECKING:
@@ -122,11 +122,11 @@ class PlatformStream:
         await self.resp.write(data)
 
     async def model_round(self, prompt: list[str], tokens: int, delay_ms: float = 0.0) -> AsyncIterator[str]:
-        """Run one model round through the sim's engine; yields "admitted", then "token" after each token."""
+        """Run one model round through the sim's scheduler; yields "admitted", then "token" after each token."""
         sim_request = SimRequest(request_id=f"{self.record.response_id}-{len(prompt)}", prompt=prompt,
                                  max_tokens=tokens, target_tokens=tokens, finish_reason="stop",
                                  first_token_delay_s=delay_ms / 1000.0, events=asyncio.Queue())
-        if not self.server.engine.submit(sim_request):
+        if not self.server.scheduler.submit(sim_request):
             raise Overloaded
         self._current = sim_request
         self.prompt_tokens += len(prompt)
@@ -154,5 +154,5 @@ class PlatformStream:
 
     def abort(self) -> None:
         if self._current is not None:
-            self.server.engine.abort(self._current)
+            self.server.scheduler.abort(self._current)
             self._current = None

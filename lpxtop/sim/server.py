@@ -1,4 +1,4 @@
-"""SimServer: one simulated vLLM server (engine + HTTP front end) on the current asyncio loop."""
+"""SimServer: one simulated vLLM server (scheduler + HTTP front end) on the current asyncio loop."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from aiohttp import web
 
 from lpxtop.engine.traces.context import parse_traceparent
 from lpxtop.sim.config import SimConfig
-from lpxtop.sim.engine import Engine, SimRequest
 from lpxtop.sim.faults import FaultState
 from lpxtop.sim.handlers import SimHandlers
 from lpxtop.sim.metrics import SimMetrics
 from lpxtop.sim.records import RecordStore, SimRecord
+from lpxtop.sim.scheduler import BatchScheduler, SimRequest
 from lpxtop.sim.spans import RequestTimes, SimSpanExporter
 from lpxtop.sim.text import WordSource
 
@@ -33,7 +33,7 @@ class SimServer:
     def __init__(self, config: SimConfig | None = None) -> None:
         self.config = config or SimConfig()
         self.metrics = SimMetrics(self.config.model, self.config.max_model_len, self.config.kv_tokens)
-        self.engine = Engine(self.config, self.metrics)
+        self.scheduler = BatchScheduler(self.config, self.metrics)
         self.faults = FaultState(self.config)
         self.record_store = RecordStore(self.config.max_records)
         self.rng = random.Random(self.config.seed + 2)
@@ -43,7 +43,7 @@ class SimServer:
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
         self.spans: SimSpanExporter | None = None  # with config.otlp_traces_endpoint
-        self.engine.on_complete = self._completed
+        self.scheduler.on_complete = self._completed
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Bind and serve; returns the bound port (a free one when port is 0). Raises OSError if taken."""
@@ -71,12 +71,12 @@ class SimServer:
         self.host = host
         self.port = int(runner.addresses[0][1])
         self.started_at = time.time()
-        self.engine.start()
+        self.scheduler.start()
         return self.port
 
     async def stop(self) -> None:
         """Stop the engine (in-flight requests end as aborted) and close the listener and connections."""
-        await self.engine.stop()
+        await self.scheduler.stop()
         if self.spans is not None:
             spans, self.spans = self.spans, None
             await spans.stop()
@@ -125,19 +125,19 @@ class SimServer:
     @property
     def requests_running(self) -> int:
         """Requests in the running batch now."""
-        return self.engine.requests_running
+        return self.scheduler.requests_running
 
     @property
     def requests_waiting(self) -> int:
         """Requests in the waiting queue now."""
-        return self.engine.requests_waiting
+        return self.scheduler.requests_waiting
 
     @property
     def kv_cache_usage(self) -> float:
         """KV-cache use now, 0..1."""
-        return self.engine.kv_cache_usage
+        return self.scheduler.kv_cache_usage
 
     @property
     def preemptions_total(self) -> int:
         """Preemptions since start."""
-        return self.engine.preemptions_total
+        return self.scheduler.preemptions_total

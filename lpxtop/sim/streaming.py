@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from lpxtop.sim.engine import SimRequest
 from lpxtop.sim.faults import Faults
 from lpxtop.sim.records import SimRecord
+from lpxtop.sim.scheduler import SimRequest
 from lpxtop.sim.wire import SSE_CONTENT_TYPE, ChunkMaker, compact_json, error_body, sse
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ class StreamSession:
                 }
             }
             await self._send("error", 0, error)
-            self.server.engine.abort(self.sim_request, reason="error")
+            self.server.scheduler.abort(self.sim_request, reason="error")
             self.record.outcome = "error_event"
             await self._resp_or_fail().write_eof()
             return True
@@ -210,7 +210,7 @@ class StreamSession:
     def _cut(self, outcome: str = "cut") -> web.Response:
         """Close the connection now: what was written is flushed, the body is never completed."""
         self.record.outcome = outcome
-        self.server.engine.abort(self.sim_request)
+        self.server.scheduler.abort(self.sim_request)
         transport = self.request.transport
         if transport is not None:
             transport.close()
@@ -251,5 +251,5 @@ class StreamSession:
         return self._resp
 
     def _finish(self) -> None:
-        self.server.engine.abort(self.sim_request)  # no-op when it finished normally
+        self.server.scheduler.abort(self.sim_request)  # no-op when it finished normally
         self.record.t_done_ns = time.perf_counter_ns()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import threading
+import contextlib
+import time
 from types import TracebackType
 
+from lpxtop.loopthread import LoopThread
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.server import SimServer
 
@@ -52,64 +53,37 @@ class SimHandle:
         self.stop()
 
 
-class SimThread(threading.Thread):
-    """A daemon thread that owns an event loop serving one SimServer."""
+class SimThread:
+    """One SimServer served on an event loop of its own, in a daemon thread (lpxtop/loopthread.py)."""
 
     def __init__(self, config: SimConfig | None = None, port: int = 0, host: str = "127.0.0.1") -> None:
-        super().__init__(name="lpxtop-sim", daemon=True)
         self.server = SimServer(config)
         self.port = 0
         self._host = host
         self._requested_port = port
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._stopped: asyncio.Event | None = None
-
-    def run(self) -> None:
-        """Thread body: serve until stop()."""
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve())
-        finally:
-            loop.close()
-
-    async def _serve(self) -> None:
-        self._stopped = asyncio.Event()
-        try:
-            self.port = await self.server.start(self._host, self._requested_port)
-        except BaseException as exc:  # reported to the starting thread
-            self._error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        try:
-            await self._stopped.wait()
-        finally:
-            await self.server.stop()
+        self._loop_thread = LoopThread("lpxtop-sim")
 
     def start_and_wait(self) -> SimHandle:
-        """Start the thread and wait until the port is bound; raise what start-up raised."""
-        self.start()
-        if not self._ready.wait(_START_TIMEOUT_S):
-            self.stop()
-            raise TimeoutError(f"lpxtop sim did not start within {_START_TIMEOUT_S:.0f} s")
-        if self._error is not None:
-            self.join(_STOP_TIMEOUT_S)
-            raise self._error
+        """Start the thread and wait until the port is bound; raise what start-up raised (TimeoutError when
+        it takes longer than 10 s)."""
+        self._loop_thread.start(timeout=_START_TIMEOUT_S)
+        try:
+            self.port = self._loop_thread.run(self.server.start(self._host, self._requested_port), _START_TIMEOUT_S)
+        except TimeoutError:
+            self._loop_thread.stop(_STOP_TIMEOUT_S)
+            raise TimeoutError(f"lpxtop sim did not start within {_START_TIMEOUT_S:.0f} s") from None
+        except BaseException:
+            self._loop_thread.stop(_STOP_TIMEOUT_S)
+            raise
         return SimHandle(self)
 
     def stop(self) -> None:
-        """Ask the loop to stop the server, then join (bounded); safe to call twice."""
-        loop, stopped = self._loop, self._stopped
-        if loop is not None and stopped is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(stopped.set)
-            except RuntimeError:
-                pass  # the loop closed in between
-        if self.is_alive() and threading.current_thread() is not self:
-            self.join(_STOP_TIMEOUT_S)
+        """Stop the server, then the loop, and join (bounded); safe to call twice."""
+        began = time.monotonic()
+        if self._loop_thread.loop is not None and not self._loop_thread.on_loop_thread():
+            with contextlib.suppress(Exception):  # stopping: the loop shuts down whatever is left
+                self._loop_thread.run(self.server.stop(), _STOP_TIMEOUT_S)
+        self._loop_thread.stop(max(0.1, _STOP_TIMEOUT_S - (time.monotonic() - began)))
 
 
 def start_sim_in_thread(config: SimConfig | None = None, port: int = 0, host: str = "127.0.0.1") -> SimHandle:

@@ -1,8 +1,9 @@
-"""Turning numbers into short cell text, and values into a severity level for colour.
+"""Values into a severity level for colour, and cell text laid out: thresholds, levels, bars, sparklines, cuts.
 
-Pure functions over numbers and Rich text, no Textual: every widget formats the same way, and tests check them directly.
-Unknown values are always `--`, never 0. So are numbers that are not finite (a server may legally report
-a gauge as +Inf or NaN) or too large for a float: every function here takes any number without raising.
+Pure functions over numbers and Rich text, no Textual: every widget draws the same way, and tests check them
+directly. The numbers themselves become text in lpxtop/humanize.py. Unknown values are always `--`, never 0;
+so are numbers that are not finite (a server may legally report a gauge as +Inf or NaN) or too large for a
+float: every function here takes any number without raising.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ from collections.abc import Mapping, Sequence
 from rich.cells import cell_len
 from rich.text import Text
 
-from lpxtop.engine.stats import finite as known  # None, NaN, ±Inf, too large or not a number -> None
-
-UNKNOWN = "--"
+from lpxtop.humanize import UNKNOWN
+from lpxtop.numbers import finite_or_none as known  # None, NaN, ±Inf, too large or not a number -> None
 
 # (warning, critical) limits; a value at or above a limit takes that level.
 DEFAULT_THRESHOLDS: dict[str, tuple[float, float]] = {
@@ -35,8 +35,6 @@ DEFAULT_THRESHOLDS: dict[str, tuple[float, float]] = {
 }
 
 LEVELS = ("ok", "warning", "critical", "unknown")
-
-
 
 
 def merge_thresholds(overrides: Mapping[str, tuple[float, float]] | None) -> dict[str, tuple[float, float]]:
@@ -62,124 +60,6 @@ def level(value: float | None, key: str, thresholds: Mapping[str, tuple[float, f
     if value >= warning:
         return "warning"
     return "ok"
-
-
-def fmt_ms(value: float | None) -> str:
-    """Milliseconds in at most 6 characters: 3.2, 142, 1.25s, 12.3s, 2m05s."""
-    value = known(value)
-    if value is None:
-        return UNKNOWN
-    if value < 10:
-        return f"{value:.1f}"
-    if value < 1000:
-        return f"{value:.0f}"
-    seconds = value / 1000.0
-    if seconds < 10:
-        return f"{seconds:.2f}s"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, rest = divmod(int(round(seconds)), 60)
-    return f"{minutes}m{rest:02d}s"
-
-
-def fmt_ms_unit(value: float | None) -> str:
-    """fmt_ms with its unit when it has none: `720 ms`, `1.52s`, `--` (for prose, where `1.52s ms` read
-    wrong)."""
-    text = fmt_ms(value)
-    return text if text == UNKNOWN or text.endswith("s") else f"{text} ms"
-
-
-def fmt_signed_ms(value: float | None) -> str:
-    """A difference in ms with its sign: +24, -3.1, +1.20s."""
-    value = known(value)
-    if value is None:
-        return UNKNOWN
-    sign = "-" if value < 0 else "+"
-    return sign + fmt_ms(abs(value))
-
-
-def fmt_rate(value: float | None) -> str:
-    """Tokens per second: 8.4, 84.2, 842, 1.2k."""
-    value = known(value)
-    if value is None:
-        return UNKNOWN
-    if value < 100:
-        return f"{value:.1f}"
-    if value < 1000:
-        return f"{value:.0f}"
-    if value < 100_000:
-        return f"{value / 1000:.1f}k"
-    return f"{value / 1000:.0f}k"
-
-
-def fmt_joules(value: float | None) -> str:
-    """Energy in joules (per output token): "0.41", "2.3", "15"; `--` when unknown."""
-    value = known(value)
-    if value is None or value < 0:
-        return UNKNOWN
-    if value < 1:
-        return f"{value:.2f}"
-    if value < 10:
-        return f"{value:.1f}"
-    return f"{value:.0f}"
-
-
-def fmt_pct(value: float | None, *, fraction: bool = False, digits: int = 0) -> str:
-    """A percentage; `fraction=True` when the value is 0..1."""
-    value = known(value)
-    if value is None or (fraction and known(value * 100.0) is None):
-        return UNKNOWN
-    pct = value * 100.0 if fraction else value
-    return f"{pct:.{digits}f}%"
-
-
-def fmt_count(value: float | None) -> str:
-    """A gauge that counts things (requests): integers without a decimal point."""
-    value = known(value)
-    if value is None:
-        return UNKNOWN
-    if float(value).is_integer():
-        return str(int(value))
-    return f"{value:.1f}"
-
-
-def fmt_bytes(value: float | None) -> str:
-    """Binary units, 1 decimal from GiB: 812M, 71.2G."""
-    value = known(value)
-    if value is None:
-        return UNKNOWN
-    if value < 1024:
-        return f"{value:.0f}B"
-    for unit, size in (("T", 1024.0**4), ("G", 1024.0**3), ("M", 1024.0**2), ("K", 1024.0)):
-        if value >= size:
-            amount = value / size
-            return f"{amount:.1f}{unit}" if unit in "TG" else f"{amount:.0f}{unit}"
-    return f"{value:.0f}B"  # pragma: no cover - unreachable
-
-
-def fmt_duration(seconds: float | None) -> str:
-    """Compact elapsed time: 45s, 12m03s, 1h02m, 3d04h."""
-    seconds = known(seconds)
-    if seconds is None:
-        return UNKNOWN
-    total = max(0, int(seconds))
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours:02d}h"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-def fmt_ago(event_time: float | None, now: float) -> str:
-    """How long before `now` (the snapshot's wall time, never time.time(), so screens are reproducible)."""
-    if known(event_time) is None or known(now) is None:
-        return UNKNOWN
-    return fmt_duration(now - event_time) + " ago"
 
 
 def truncate(text: str | None, width: int) -> str:

@@ -57,7 +57,7 @@ def test_engine_runs_chat_and_agent_loops_and_a_dify_app():
 
 def test_pause_stops_the_agent_loop_too():
     with start_sim_in_thread(SimConfig(model="m", ttft_ms=2, itl_ms=1)) as sim:
-        engine = Engine([endpoint(sim.url, model="m", interval_s=0.25, probes=("agent",))],
+        engine = Engine([endpoint(sim.url, model="m", interval_s=0.1, probes=("agent",))],
                         EngineSettings(scrape_metrics=False))
         with engine:
             wait_for(lambda: engine.snapshot().endpoints and (a := engine.snapshot().endpoints[0].agent)
@@ -65,7 +65,7 @@ def test_pause_stops_the_agent_loop_too():
             engine.set_paused(True)
             wait_for(lambda: not engine.snapshot().endpoints[0].in_flight)
             sent = engine.snapshot().endpoints[0].agent.steps_sent
-            time.sleep(0.8)
+            time.sleep(0.5)  # five intervals: unpaused, several steps would go
             assert engine.snapshot().endpoints[0].agent.steps_sent <= sent + 1
             engine.set_paused(False)
             wait_for(lambda: engine.snapshot().endpoints[0].agent.steps_sent >= sent + 2)

@@ -17,7 +17,7 @@ from tests.support.waiting import wait_for
 
 def test_engine_probes_publishes_and_takes_commands():
     with start_sim_in_thread(SimConfig(model="sim-a", ttft_ms=10, itl_ms=2)) as sim:
-        engine = Engine([endpoint(sim.url, model=None, interval_s=0.25)], EngineSettings())
+        engine = Engine([endpoint(sim.url, model=None, interval_s=0.1)], EngineSettings())
         with engine:
             snap = wait_for(lambda: (s := engine.snapshot()).endpoints and s.endpoints[0].probes_ok >= 3 and s)
             view = snap.endpoints[0]
@@ -25,9 +25,9 @@ def test_engine_probes_publishes_and_takes_commands():
             assert view.ttft_ms.p50 > 0 and view.itl_ms is not None and view.e2e_ms.p99 >= view.ttft_ms.p50
             engine.set_paused(True)
             wait_for(lambda: engine.snapshot().paused)
-            time.sleep(0.4)
+            wait_for(lambda: not engine.snapshot().endpoints[0].in_flight)
             paused_count = engine.snapshot().endpoints[0].probes_sent
-            time.sleep(0.8)
+            time.sleep(0.5)  # five intervals: unpaused, about five probes would go
             assert engine.snapshot().endpoints[0].probes_sent <= paused_count + 1
             engine.reset()
             wait_for(lambda: engine.snapshot().endpoints[0].probes_sent == 0)
@@ -61,7 +61,7 @@ def test_commands_end_the_wait_between_probes_at_once():
 
 def test_a_down_endpoint_is_down_and_does_not_leak_tasks():
     url = f"http://127.0.0.1:{free_port()}/v1"
-    engine = Engine([endpoint(url, model="m", interval_s=0.25)], EngineSettings())
+    engine = Engine([endpoint(url, model="m", interval_s=0.05)], EngineSettings())
     with engine:
         wait_for(lambda: engine.snapshot().endpoints and engine.snapshot().endpoints[0].probes_sent >= 4)
         first = _task_count(engine)
@@ -87,7 +87,7 @@ def test_flapping_endpoint_recovers():
 
 def test_window_is_bounded():
     with start_sim_in_thread(SimConfig(model="m", ttft_ms=1, itl_ms=0.5)) as sim:
-        engine = Engine([endpoint(sim.url, model="m", interval_s=0.25, max_tokens=4)], EngineSettings(max_samples=5))
+        engine = Engine([endpoint(sim.url, model="m", interval_s=0.05, max_tokens=4)], EngineSettings(max_samples=5))
         with engine:
             wait_for(lambda: engine.snapshot().endpoints and engine.snapshot().endpoints[0].probes_sent >= 8)
             assert len(engine.snapshot().endpoints[0].samples) == 5
@@ -106,7 +106,7 @@ def _task_count(engine: Engine) -> int:
     async def count():
         return len(asyncio.all_tasks())
 
-    return asyncio.run_coroutine_threadsafe(count(), engine._loop).result(5)
+    return engine._loop_thread.run(count(), 5)
 
 
 def test_a_server_that_refuses_stream_options_is_probed_without_it():

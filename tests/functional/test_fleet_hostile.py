@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from lpxtop.fleet.promql import FleetQueries
 from lpxtop.fleet.source import FleetSettings, FleetSource
 from tests.support.fakeprom import FakePrometheus, error, vector
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +28,7 @@ CLIPBOARD = "\x1b]52;c;UFdORUQtQ0xJUA==\x1b\\"  # OSC 52: write "PWNED-CLIP" to 
 ESC_RED = "\x1b[31m"
 ROW = {"host": f"web{TITLE}1", "endpoint": f"chat{CLIPBOARD}"}
 HOSTILE_ROWS = vector(({**ROW, "model": f"m{TITLE}", "server_kind": "vllm", "instance": "10.0.0.1:9464"}, "1"))
+QUERIES = len(FleetQueries().instant())  # one refresh asks each once
 ECHO = f"{ESC_RED}upstream said{CLIPBOARD} Authorization: Bearer {TOKEN}; token={TOKEN} {TITLE}"
 
 
@@ -106,12 +109,12 @@ def test_the_dashboard_on_a_terminal_receives_no_escape_from_prometheus_labels()
             del os.environ["PROM_TOKEN"]
         try:
             term.wait_for("web1", timeout_s=30)  # the row, its host's escapes gone
-            time.sleep(1.5)  # a few refreshes, the alerts bar with the query that failed
+            term.wait_for("queries failed", timeout_s=30)  # the alerts bar with the query that failed
+            drawn = len(term.output)
+            wait_for(lambda: len(prom.headers) >= 3 * QUERIES and len(term.output) > drawn, timeout=30)  # refreshed
             term.type(b"q", pause_s=0)
             term.proc.wait(15)
-            time.sleep(0.2)
-            with term._lock:
-                raw = bytes(term.output)
+            raw = term.output_after_exit()
         finally:
             term.close()
     assert len(prom.headers) >= 2

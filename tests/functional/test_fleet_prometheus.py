@@ -2,7 +2,9 @@
 its own simulated server with a different TTFT), a server scraped directly, and `/probe` of a server
 that hangs; then `lpxtop fleet` reading it all back.
 
-One Prometheus for the module (scrape and rule evaluation every second). Skipped with a reason when
+One Prometheus for the module (scrape and rule evaluation every second; it scrapes its static targets first
+about 5 s after it starts, when its target discovery first reports them, so the exporters probe every 0.1 s
+to have the counts the tests need soon after). Skipped with a reason when
 the prometheus binary is missing; failed instead under LPXTOP_REQUIRE_PROMETHEUS=1 (CI).
 """
 
@@ -50,7 +52,7 @@ class Fleet:
 
 def _exporter(url: str, host: str, port: int, log: Path) -> subprocess.Popen:
     argv = [sys.executable, "-m", "lpxtop", "exporter", url, "--listen", f"127.0.0.1:{port}", "--host-label", host,
-            "--interval", "0.25", "--no-discover"]
+            "--interval", "0.1", "--no-discover"]
     with open(log, "wb") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -12,8 +12,8 @@ import pytest
 
 from lpxtop.cli.entry import main
 from lpxtop.engine.runner import Engine, EngineSettings
-from lpxtop.engine.stats import EndpointWindow
 from lpxtop.engine.system.discovery import discover
+from lpxtop.engine.window import EndpointWindow
 from lpxtop.jsonout import dumps
 from tests.support.cli import run_cli
 from tests.support.hostile_http import HostileServer, hang, models, send, stream, trickle

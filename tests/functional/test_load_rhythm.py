@@ -48,13 +48,13 @@ async def bench_shaped_client(url: str, model: str, workers: int, prompts: int) 
 def test_a_closed_loop_goes_in_rounds_like_vllm_bench_serve_and_stagger_keeps_its_workers_apart():
     with start_sim_in_thread(SimConfig(model="m", seed=31, **SIM)) as sim:
         # the reference's shape, as the server receives it (its first round left out: the start)
-        asyncio.run(bench_shaped_client(sim.url, "m", WORKERS, WORKERS * 5))
+        asyncio.run(bench_shaped_client(sim.url, "m", WORKERS, WORKERS * 3))  # three rounds
         bench = sorted(r.t_received_ns for r in sim.server.records)[WORKERS:]
 
         results = {}
         for stagger in (False, True):
             plan = plan_for(sim.url, levels=(float(WORKERS),), output_tokens=TOKENS, ignore_eos=True,
-                            duration_s=2.0, warmup_s=1.0, stagger=stagger)
+                            duration_s=1.5, warmup_s=1.0, stagger=stagger)  # two rounds measured
             run = run_plan(plan, timeout_s=60)
             (step,) = run.state.steps
             ids = {line["response_id"] for line in run.lines() if line["counted"]}

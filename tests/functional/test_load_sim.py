@@ -33,7 +33,7 @@ def test_capacity_search_finds_the_concurrency_the_simulator_serves_within_the_s
     expected = slots  # the highest concurrency with no queueing: the answer the search must find
     with start_sim_in_thread(cfg) as sim:
         plan = plan_for(sim.url, levels=(2.0,), search=True, max_level=64, output_tokens=n_tokens,
-                        slo=parse_slo(f"ttft_p95<={threshold:.0f}ms,error_rate<=1%"), duration_s=0.8, warmup_s=0.2)
+                        slo=parse_slo(f"ttft_p95<={threshold:.0f}ms,error_rate<=1%"), duration_s=0.5, warmup_s=0.2)
         run = run_plan(plan, timeout_s=80)
     state = run.state
     tried = [(int(s.level), s.slo_met) for s in state.steps]

@@ -7,7 +7,7 @@ import json
 
 from rich.style import Style
 
-from lpxtop.engine.stats import EndpointWindow
+from lpxtop.engine.window import EndpointWindow
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import Sample
 from lpxtop.ui.palette import Palette

@@ -96,7 +96,7 @@ def test_fixed_gaps_lock_onto_waves_and_exponential_gaps_see_the_time_average():
             thread.start()
         for thread in threads:
             thread.join(60)
-        waves = sim.server.engine.waves
+        waves = sim.server.scheduler.waves
     # Dvoretzky-Kiefer-Wolfowitz: n values drawn from a distribution F have an empirical distribution
     # within sqrt(ln(2/alpha) / 2n) of F everywhere, but for a chance alpha.
     bound = math.sqrt(math.log(2 / ALPHA) / (2 * PROBES))

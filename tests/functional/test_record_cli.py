@@ -27,6 +27,7 @@ from lpxtop.sim.records import token_times_ns
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.support.paths import REPO
 from tests.support.sim import p
+from tests.support.waiting import wait_for
 
 TOLERANCE_MS = 3.0  # as the probe fidelity tests: judged by the median, a busy 2-core box moves single probes
 
@@ -200,14 +201,6 @@ def test_secrets_never_reach_the_file(capsys, monkeypatch, tmp_path):
         assert key.encode() not in text and team.encode() not in text
 
 
-def _wait(predicate, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.mark.parametrize("trouble", ["unwritable path", "disk full"])
@@ -232,16 +225,16 @@ def test_a_recording_that_cannot_be_written_stops_with_an_alert_and_monitoring_g
             recorder = Recorder.start_for(engine, tmp_path / "r.lpxrec", endpoints=endpoints)
         with engine:
             if trouble == "disk full":
-                _wait(lambda: recorder.commits >= 1)
+                wait_for(lambda: recorder.commits >= 1)
                 db = recorder._writer._db
                 pages = db.execute("PRAGMA page_count").fetchone()[0]
                 db.execute(f"PRAGMA max_page_count = {pages}")  # SQLite now answers SQLITE_FULL
                 recorder.bookmark("x" * 20_000)  # needs new pages at the next commit
-                _wait(lambda: recorder.failure is not None)
+                wait_for(lambda: recorder.failure is not None)
                 assert "disk is full" in recorder.failure
-            alert = _wait(lambda: next((a for a in engine.snapshot().alerts if a.kind == "recording"), None))
+            alert = wait_for(lambda: next((a for a in engine.snapshot().alerts if a.kind == "recording"), None))
             sent = engine.snapshot().endpoints[0].probes_sent
-            _wait(lambda: engine.snapshot().endpoints[0].probes_ok >= sent + 2)  # probing goes on
+            wait_for(lambda: engine.snapshot().endpoints[0].probes_ok >= sent + 2)  # probing goes on
         recorder.close()
     assert alert.message.startswith("recording stopped:") and "Monitoring goes on" in alert.message
     assert recorder.status_line().startswith("REC stopped")
@@ -272,7 +265,7 @@ def test_record_subcommand_stops_on_sigterm_and_prints_the_file(tmp_path):
         proc = subprocess.Popen([sys.executable, "-m", "lpxtop", "record", sim.url, "--interval", "0.25"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
         try:
-            _wait(lambda: list((tmp_path / "state" / "lpxtop").glob("*.lpxrec")), timeout=20)
+            wait_for(lambda: list((tmp_path / "state" / "lpxtop").glob("*.lpxrec")), timeout=20)
             time.sleep(0.8)
             proc.send_signal(signal.SIGTERM)
             out, err = proc.communicate(timeout=20)

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.support.fulldisk import full_disk
 from tests.support.paths import REPO
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
 SIM = SimConfig(model="m", ttft_ms=5, itl_ms=1, max_num_seqs=4, jitter=0.0, seed=2)
@@ -34,14 +34,6 @@ def run(argv: list[str], disk, timeout: float = 60) -> subprocess.CompletedProce
                           timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"}, **disk.popen_kwargs())
 
 
-def _wait(predicate, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.mark.parametrize("command", ["record", "once --record", "load"])
@@ -73,6 +65,15 @@ def test_a_full_disk_when_the_recording_is_created_stops_only_the_recording(comm
         assert report["recording"] is None and report["steps"][0]["completed"] >= 1
 
 
+def _committed(path: Path) -> bool:
+    """Whether the recording another process writes holds a committed reading yet."""
+    try:
+        with Recording(path) as rec:
+            return rec.time_range() is not None
+    except Exception:  # noqa: BLE001 - the file may be between its creation and its tables
+        return False
+
+
 def test_a_recording_whose_directory_is_deleted_mid_run_is_not_reported_stored(tmp_path):
     directory = tmp_path / "recs"
     target = directory / "r.lpxrec"
@@ -81,8 +82,7 @@ def test_a_recording_whose_directory_is_deleted_mid_run_is_not_reported_stored(t
                                  "--interval", "0.25", "--no-metrics"], cwd=REPO, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            _wait(lambda: target.exists() and target.stat().st_size > 0)
-            time.sleep(1.5)  # a commit or two
+            wait_for(lambda: _committed(target), timeout=20)  # a commit in the file
             shutil.rmtree(directory)
             out, err = proc.communicate(timeout=20)  # it stops by itself within about a second
         finally:
@@ -159,7 +159,7 @@ def test_record_stops_with_sigterm_after_the_directory_vanished_without_a_traceb
                                  "--interval", "0.25", "--no-metrics"], cwd=REPO, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            _wait(lambda: target.exists())
+            wait_for(lambda: target.exists(), timeout=20)
             shutil.rmtree(directory)  # perhaps before the first commit: close() must see it too
             proc.send_signal(signal.SIGTERM)
             out, err = proc.communicate(timeout=20)

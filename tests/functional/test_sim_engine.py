@@ -1,4 +1,4 @@
-"""The sim's engine seen from outside: queueing, preemption, background load, and /metrics."""
+"""The sim's scheduler seen from outside: queueing, preemption, background load, and /metrics."""
 
 from __future__ import annotations
 

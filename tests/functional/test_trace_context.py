@@ -109,7 +109,10 @@ async def test_every_request_of_every_path_carries_a_fresh_traceparent_that_its_
     recorded += [(c.trace_id, c.span_id) for c in (*step.calls, *dify.calls)]
     assert len(step.calls) == 2 and len(dify.calls) == 1
     assert recorded == sent  # in the order sent: each record names its own request's ids
-    assert len(set(sent)) == len(sent) and len({t for t, _ in sent}) == len(sent)  # all fresh
+    assert len(set(sent)) == len(sent)  # a span of its own each
+    # a fresh trace per request, but the agent step's two calls share the step's (one trace, a span per call)
+    assert len({t for t, _ in sent}) == len(sent) - 1
+    assert step.calls[0].trace_id == step.calls[1].trace_id and step.calls[0].span_id != step.calls[1].span_id
     walls = [s.sent_wall_ns for s in (*chat, completions)] + [c.sent_wall_ns for c in (*step.calls, *dify.calls)]
     assert walls == sorted(walls) and before_ns <= walls[0] and walls[-1] <= after_ns
     # the send's wall clock sits beside the perf_counter start the times count from
@@ -152,3 +155,20 @@ def test_recordings_keep_the_trace_fields_and_older_recordings_still_replay():
     old_step = old.decode("AgentStep", [data["AgentStep"][i] for i in keep["AgentStep"]])
     assert (old_sample.trace_id, old_sample.span_id, old_sample.sent_wall_ns) == (None, None, None)
     assert old_sample.start_ns == 5 and old_step.calls == () and old_step.start_ns == 5
+
+
+@pytest.mark.parametrize("name", ["traceparent", "Traceparent", "TRACEPARENT"])
+async def test_a_configured_traceparent_header_is_replaced_by_the_requests_own_never_sent_twice(name):
+    """The rule (docs/measurement.md, "Trace context"): the measured stream's own traceparent replaces a
+    `traceparent` in the endpoint's headers, under any spelling, so the server's span names the request lpxtop
+    recorded; the other configured headers go out as they are."""
+    configured = f"00-{'a' * 32}-{'b' * 16}-01"
+    with HostileServer(answer) as server:
+        async with HttpClient() as client:
+            sample = await run_probe(client, endpoint(server.url, model="m",
+                                                      headers=((name, configured), ("x-team", "infra"))))
+        (request,) = server.requests
+    assert sample.ok, sample.error_text
+    lines = [line for line in request.header_lines if line.lower().startswith("traceparent:")]
+    assert lines == [f"traceparent: 00-{sample.trace_id}-{sample.span_id}-01"]
+    assert request.headers["x-team"] == "infra"

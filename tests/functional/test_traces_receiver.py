@@ -157,7 +157,7 @@ def test_spans_over_the_rate_are_a_partial_success_and_joins_wait_with_the_reaso
 
 def test_busy_receiver_answers_503_with_retry_after():
     join = TraceJoin()
-    with TraceReceiver(join, ReceiverSettings(port=0, max_concurrent=1, read_timeout_s=3.0)) as receiver:
+    with TraceReceiver(join, ReceiverSettings(port=0, max_concurrent=1, read_timeout_s=1.0)) as receiver:
         port = receiver.address[1]
         with socket.create_connection(("127.0.0.1", port), timeout=5) as slow:
             slow.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"

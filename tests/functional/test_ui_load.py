@@ -12,6 +12,7 @@ from rich.console import Console
 
 from lpxtop.cli.load import build_load_engine
 from lpxtop.engine.source import Capabilities, LoadTest
+from lpxtop.humanize import fmt_duration, fmt_ms, fmt_rate
 from lpxtop.load.controller import LoadController
 from lpxtop.load.report import report_json, steps_csv
 from lpxtop.load.server_window import ServerWatch
@@ -19,7 +20,6 @@ from lpxtop.load.source import LoadSource
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from lpxtop.ui.app import create_app
-from lpxtop.ui.formatting import fmt_duration, fmt_ms, fmt_rate
 from lpxtop.ui.palette import palette_from_variables
 from lpxtop.ui.screens.load import LoadScreen
 from lpxtop.ui.widgets.load_steps import LoadStepPanel, load_title, render_steps

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from lpxtop import textsafe
-from lpxtop.engine.probe import run_probe, shown_url
+from lpxtop.engine.probe import redirect_target, run_probe
 from lpxtop.http import HttpClient, ReadTimeout, RedirectError
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
@@ -167,6 +167,6 @@ async def test_a_probe_through_a_307_measures_the_whole_exchange():
 
 
 def test_a_redirect_target_is_shown_without_credentials_or_query():
-    assert shown_url("https://user:secret@gw.example:8443/v1/chat?sig=abc#x") == "https://gw.example:8443/v1/chat?…"
-    assert shown_url("http://[::1]:8000/v1/chat/completions") == "http://[::1]:8000/v1/chat/completions"
-    assert shown_url("http://h/\x1b]0;title\x07p") == "http://h/p"  # terminal escapes scrubbed
+    assert redirect_target("https://user:secret@gw.example:8443/v1/chat?sig=abc#x") == "https://gw.example:8443/v1/chat?…"
+    assert redirect_target("http://[::1]:8000/v1/chat/completions") == "http://[::1]:8000/v1/chat/completions"
+    assert redirect_target("http://h/\x1b]0;title\x07p") == "http://h/p"  # terminal escapes scrubbed

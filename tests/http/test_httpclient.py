@@ -517,8 +517,9 @@ async def test_a_hangup_the_loop_has_not_read_yet_is_seen_before_reuse():
             assert (await client.get(f"http://127.0.0.1:{port}/")).text == "ok"
         assert len(accepted) == 2
     finally:
-        server.join(3.0)
+        await asyncio.to_thread(server.join, 3.0)  # the loop runs meanwhile: the client's close reaches the socket
         listener.close()
+    assert not server.is_alive()  # the server saw the second connection closed
 
 
 async def test_large_bodies_both_ways_and_read_caps():

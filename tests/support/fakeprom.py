@@ -27,6 +27,12 @@ def error(message: str, kind: str = "bad_data") -> dict:
     return {"status": "error", "errorType": kind, "error": message}
 
 
+class _Server(ThreadingHTTPServer):
+    # The fleet sends 8 queries at once, each on a new connection: with socketserver's backlog of 5 a
+    # connection beyond it waits for the client's SYN to be sent again, a second later, every refresh.
+    request_queue_size = 64
+
+
 class FakePrometheus:
     """`answers`: query key (as in FleetQueries.instant()) -> a document (vector() or error()); any other
     query gets an empty vector. `url` is its base; `headers` the request headers it saw."""
@@ -52,7 +58,7 @@ class FakePrometheus:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)

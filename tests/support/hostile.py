@@ -22,6 +22,7 @@ class Request:
     path: str
     headers: dict[str, str]  # lower-case names
     body: bytes
+    header_lines: tuple[str, ...] = ()  # as sent, every line (a repeated header is seen twice here)
 
 
 @dataclass
@@ -95,7 +96,7 @@ class HostileServer:
                         name, _, value = line.partition(":")
                         headers[name.strip().lower()] = value.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                request = Request(method, path, headers, body)
+                request = Request(method, path, headers, body, tuple(line for line in lines[1:] if line))
                 self.requests.append(request)
                 reply = self._reply(request) if callable(self._reply) else self._reply
                 if not await self._answer(writer, reply):

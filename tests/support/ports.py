@@ -5,6 +5,8 @@ port, discovery and action tests). Every wait is bounded; every child is killed 
 from __future__ import annotations
 
 import contextlib
+import os
+import random
 import socket
 import subprocess
 import sys
@@ -39,10 +41,19 @@ SLEEPER = "import time\ntime.sleep(60)\n"
 
 
 def free_port() -> int:
-    """A port nothing listens on now (the kernel's pick on 127.0.0.1)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now: the kernel's pick on 127.0.0.1, or one within $LPXTOP_TEST_PORTS
+    ("21000-21999") when set (several test runs sharing one machine, each in its own range)."""
+    low, _, high = os.environ.get("LPXTOP_TEST_PORTS", "").partition("-")
+    ranged = low.isdigit() and high.isdigit() and int(low) <= int(high)
+    candidates = random.sample(range(int(low), int(high) + 1), min(200, int(high) - int(low) + 1)) if ranged else [0]
+    for port in candidates:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise OSError(f"no free port in LPXTOP_TEST_PORTS={os.environ.get('LPXTOP_TEST_PORTS')}")
 
 
 def listening(port: int) -> bool:

@@ -57,6 +57,13 @@ class Terminal:
             time.sleep(0.05)
         raise AssertionError(f"{needle!r} never appeared; the screen's end:\n{self.text()[-2000:]}")
 
+    def output_after_exit(self, timeout_s: float = 5.0) -> bytes:
+        """Everything the process wrote, once it has exited and its last bytes are read (bounded)."""
+        self.proc.wait(timeout_s)
+        self._reader.join(timeout_s)  # the reader ends at the terminal's EIO, after the last byte
+        with self._lock:
+            return bytes(self.output)
+
     def forget(self) -> None:
         with self._lock:
             self.output.clear()

@@ -55,13 +55,13 @@ def test_window_bounds_counts_and_caches():
     window = AgentWindow(window_s=60.0, max_samples=5)
     for i in range(8):
         window.add(step(i, error_kind="http_5xx" if i == 7 else None, step_ms=100.0 + i))
-    assert len(window.steps) == 5 and window.sent == 8 and window.failed == 1
+    assert len(window.steps) == 5 and window.tally.sent == 8 and window.tally.failed == 1
     first = window.view(api="chat", now=1010.0, chain_steps=3)
     assert window.view(api="chat", now=1010.0, chain_steps=3) is first  # nothing changed: the same view
     assert window.view(api="chat", now=1010.0, chain_steps=4) is not first
     assert window.view(api="chat", now=2000.0, chain_steps=3).samples == ()  # all older than 60 s
     window.reset()
-    assert window.sent == 0 and window.view(api="chat", now=2000.0, chain_steps=3).status == "pending"
+    assert window.tally.sent == 0 and window.view(api="chat", now=2000.0, chain_steps=3).status == "pending"
 
 
 def test_json_has_the_issue_keys():
@@ -105,4 +105,26 @@ def test_client_limited_steps_are_counted_and_left_out_of_the_times_by_default()
     alone = summarize((step(1, step_ms=900.0, client_limited=True),), api="chat", chain_steps=3)
     assert alone.step_ms.max == 900.0 and alone.percentiles_with_client_limited
     window.reset()
-    assert window.client_limited == 0
+    assert window.tally.client_limited == 0
+
+
+def test_the_agent_and_endpoint_windows_tally_outcomes_alike():
+    from lpxtop.engine.window import EndpointWindow
+    from lpxtop.model.endpoint import EndpointConfig
+    from lpxtop.model.probe import Sample
+
+    outcomes = [(True, False, None), (False, False, "http_5xx"), (True, True, None), (False, True, "read_timeout")]
+    agent, chat = AgentWindow(), EndpointWindow()
+    for i, (ok, late, kind) in enumerate(outcomes):
+        agent.add(step(i, client_limited=late, error_kind=kind, error_message=kind and "boom"))
+        chat.add(Sample(endpoint="e", wall_time=1000.0 + i, start_ns=i, ok=ok, client_limited=late, error_kind=kind,
+                        error_message=kind and "boom", ttft_ms=20.0 if ok else None))
+    counts = [(t.sent, t.ok, t.failed, t.client_limited, dict(t.errors), t.last_error, t.last_error_time)
+              for t in (agent.tally, chat.tally)]
+    assert counts[0] == counts[1] == (4, 2, 2, 2, {"http_5xx": 1, "read_timeout": 1}, counts[0][5], 1003.0)
+    assert counts[0][5] is not None and "read_timeout" in counts[0][5]
+    view = EndpointWindow().view(EndpointConfig(name="e", url="http://127.0.0.1:1/v1"), now=2000.0, model=None,
+                                 server=None, server_kind="vllm")
+    assert view.probes_sent == 0
+    agent.reset()
+    assert (agent.tally.sent, agent.tally.errors, agent.tally.last_error) == (0, {}, None)

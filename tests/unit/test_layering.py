@@ -4,12 +4,13 @@ lpxtop/ has no import circle; outside lpxtop/http only its public face is import
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.imports import pulled_in
 
 HEADLESS_MODULES = [
     "lpxtop.engine.runner",
@@ -22,6 +23,7 @@ HEADLESS_MODULES = [
     "lpxtop.engine.system.discovery",
     "lpxtop.engine.probe.schedule",
     "lpxtop.jsonout",
+    "lpxtop.humanize",
     "lpxtop.http",
     "lpxtop.model",
     "lpxtop.model.server_gap",
@@ -53,16 +55,9 @@ HEADLESS_MODULES = [
 ]
 
 
-@pytest.mark.parametrize("module", HEADLESS_MODULES)
-def test_module_does_not_import_textual_or_rich(module):
-    code = (
-        f"import sys, importlib; importlib.import_module({module!r}); "
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich', 'lpxtop.ui')); "
-        "bad += sorted(m for m in sys.modules if m.startswith('lpxtop.ui')); "
-        "print(','.join(bad)); sys.exit(1 if bad else 0)"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, f"{module} pulled in: {result.stdout.strip()} {result.stderr[-500:]}"
+def test_headless_modules_do_not_import_textual_or_rich():
+    # one fresh interpreter for the list (each module alone only when one fails: tests/support/imports.py)
+    assert pulled_in(HEADLESS_MODULES, ("textual", "rich", "lpxtop.ui")) == {}
 
 
 # The feature packages are headless: only lpxtop/cli (inside the functions that open the dashboard) and
@@ -118,8 +113,14 @@ def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
         elif isinstance(node, ast.If) and _is_type_checking(node.test):
             for branch in node.orelse:
                 yield from _imports(ast.Module(body=[branch], type_ignores=[]))
-        else:
+        elif isinstance(node, (ast.stmt, ast.excepthandler, ast.match_case)):  # an expression holds no import
             yield from _imports(node)
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """The file's syntax tree, parsed once for all the tests here."""
+    return ast.parse(path.read_text(), path.relative_to(ROOT).as_posix())
 
 
 def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> Iterator[tuple[str, str | None]]:
@@ -144,7 +145,7 @@ def _import_graph() -> dict[str, set[str]]:
     modules = _module_names(ROOT / "lpxtop", "lpxtop")
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _tree(path)
         for node in _imports(tree):
             for target, member in _imported(node, name, path.name == "__init__.py"):
                 if member is not None and f"{target}.{member}" in modules:
@@ -235,7 +236,7 @@ def test_outside_lpxtop_http_only_its_public_face_is_imported():
             if where.startswith("lpxtop/http/") or where.startswith(HTTP_INSIDERS):
                 continue
             module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-            for node in _imports(ast.parse(path.read_text(), where)):
+            for node in _imports(_tree(path)):
                 for target, member in _imported(node, module, path.name == "__init__.py"):
                     if target.startswith("lpxtop.http."):
                         offenders.append(f"{where}:{node.lineno}: imports {target}")

@@ -8,7 +8,8 @@ from lpxtop.engine.system.listeners import TcpListenRow, is_local_host, parse_pr
 from lpxtop.engine.system.patterns import match_server, ports_in_cmdline, program_line
 from lpxtop.engine.system.ports import model_matches
 from lpxtop.engine.system.processes import ProcInfo
-from lpxtop.engine.system.shown import format_age, format_bytes, redact_argv, short_command
+from lpxtop.engine.system.shown import redact_argv, short_command
+from lpxtop.humanize import memory_size, message_age
 from lpxtop.model.ports import LeftoverProcess, PortStatus
 
 
@@ -212,7 +213,7 @@ def test_is_local_host(host, local):
     [(None, "?"), (-5, "0 s"), (12, "12 s"), (90, "2 min"), (3 * 3600 + 100, "3 h"), (2 * 86400, "2 d")],
 )
 def test_format_age(seconds, text):
-    assert format_age(seconds) == text
+    assert message_age(seconds) == text
 
 
 def test_short_command_and_bytes():
@@ -221,8 +222,8 @@ def test_short_command_and_bytes():
     )
     assert short_command("llama-server -m m.gguf") == "llama-server -m m.gguf"
     assert short_command("evil\x1b[2J\nname") == "evil\\x1b[2J\\nname"
-    assert format_bytes(30 * (1 << 30)) == "30.0 GiB"
-    assert format_bytes(512 * (1 << 20)) == "512 MiB"
+    assert memory_size(30 * (1 << 30)) == "30.0 GiB"
+    assert memory_size(512 * (1 << 20)) == "512 MiB"
 
 
 def test_records_keep_their_json_keys():

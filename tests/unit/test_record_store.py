@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import zlib
@@ -168,3 +169,20 @@ def test_a_truncated_file_opens_with_what_is_intact(tmp_path):
     assert 100 < len(values) < 8000
     assert values == sorted(values) and values[0] == 1.0  # what is there is intact and in order
     assert summary is not None
+
+
+@pytest.mark.parametrize("text, deep", [
+    ("[" * store.MAX_JSON_DEPTH + "]" * store.MAX_JSON_DEPTH, False),
+    ("[" * (store.MAX_JSON_DEPTH + 1) + "]" * (store.MAX_JSON_DEPTH + 1), True),
+    ('[{"a": ' * 32 + "1" + "}]" * 32, False),  # 64, alternating
+    ("[[],[" * 70 + "]]" * 70, True),  # one level more for each `[[],`: no long run of `[` until the `[]` go
+    ("[[],[" * 31 + "]]" * 31, False),
+    ('["' + "[" * 500 + '"]', False),  # brackets inside a string are text
+    ("[" * 100_000 + "]" * 100_000, True),  # far past Python's recursion limit, refused in one scan
+])
+def test_loads_refuses_nesting_past_the_limit_however_it_is_built(text, deep):
+    if deep:
+        with pytest.raises(ValueError, match="too deep"):
+            store.loads(text)
+    else:
+        assert store.loads(text) == json.loads(text)

@@ -180,7 +180,7 @@ def test_old_recordings_without_read_times_use_the_whole_window() -> None:
 
 
 def test_json_of_a_snapshot_carries_the_gap_under_server() -> None:
-    from lpxtop.engine.stats import EndpointWindow
+    from lpxtop.engine.window import EndpointWindow
     from lpxtop.model.endpoint import EndpointConfig
 
     server, samples = Server(), []

@@ -1,4 +1,4 @@
-"""The sim's parts without HTTP: config, faults, prefix cache, buckets, and the engine's scheduling."""
+"""The sim's parts without HTTP: config, faults, prefix cache, buckets, and the scheduler's batching."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import statistics
 import pytest
 
 from lpxtop.sim.config import SimConfig, load_function, parse_background_load
-from lpxtop.sim.engine import Engine, SimRequest
 from lpxtop.sim.faults import Faults, FaultState, validate_faults
 from lpxtop.sim.metrics import SimMetrics, build_1_2_5_buckets
 from lpxtop.sim.prefix_cache import PrefixCache
+from lpxtop.sim.scheduler import BatchScheduler, SimRequest
 
 
 def test_config_clamps_the_context_to_the_kv_cache_and_rejects_nonsense() -> None:
@@ -110,9 +110,9 @@ def test_token_buckets_follow_vllms_1_2_5_rule() -> None:
     assert build_1_2_5_buckets(4096) == [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000]
 
 
-def _engine(**kw) -> Engine:
+def _engine(**kw) -> BatchScheduler:
     config = SimConfig(**{"model": "m", "jitter": 0.0, "prefill_ms_per_token": 0.0, **kw})
-    return Engine(config, SimMetrics("m", config.max_model_len, config.kv_tokens))
+    return BatchScheduler(config, SimMetrics("m", config.max_model_len, config.kv_tokens))
 
 
 def _request(name: str, prompt: int = 8, tokens: int = 5) -> SimRequest:

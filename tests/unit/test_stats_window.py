@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 
-from lpxtop.engine.stats import EndpointWindow
+from lpxtop.engine.window import EndpointWindow
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import Percentiles, Sample
 

@@ -19,10 +19,18 @@ def _sources(*folders: str) -> Iterator[tuple[str, ast.Module]]:
             yield where, ast.parse(path.read_text(encoding="utf-8"), where)
 
 
+def _statements(node: ast.AST) -> Iterator[ast.AST]:
+    """Every statement, nested ones too (an import is a statement: no need to walk the expressions)."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+            yield child
+            yield from _statements(child)
+
+
 def _targets(tree: ast.Module, where: str) -> Iterator[tuple[int, str]]:
     """(line, module) of every import in the file, function-local ones included; relative ones resolved."""
     package = where.rsplit("/", 1)[0].replace("/", ".")
-    for node in ast.walk(tree):
+    for node in _statements(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name

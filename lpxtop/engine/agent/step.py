@@ -27,6 +27,7 @@ from lpxtop.engine.probe.agentcall import ToolCallSink
 from lpxtop.engine.probe.chat import name
 from lpxtop.engine.probe.stream import StreamOutcome, measured_stream
 from lpxtop.engine.probe.toolcalls import MAX_ARGUMENT_CHARS, ToolCall
+from lpxtop.engine.probe.tracecontext import new_trace_context, next_call
 from lpxtop.http import HttpClient
 from lpxtop.model.agent import AgentStep, CallTrace
 from lpxtop.model.endpoint import EndpointConfig
@@ -103,7 +104,8 @@ async def run_agent_step(
     url = chat_url(endpoint)
     body1 = call1_body(endpoint, tools, model, include_usage)
     one = ToolCallSink()
-    out1 = await measured_stream(client, endpoint, url, body1, one)
+    trace = new_trace_context()  # the step's trace: each call a span of its own in it
+    out1 = await measured_stream(client, endpoint, url, body1, one, trace=trace)
     start = out1.start_ns
     fields: dict = {
         "endpoint": endpoint.name, "api": "chat", "wall_time": out1.wall_time, "start_ns": start,
@@ -137,7 +139,7 @@ async def run_agent_step(
 
     two = ToolCallSink()
     out2 = await measured_stream(client, endpoint, url, call2_body(body1, calls[:MAX_TOOL_CALLS_RUN], results, echoed,
-                                                                    endpoint), two)
+                                                                    endpoint), two, trace=next_call(trace))
     fields["calls"] = (*fields["calls"], CallTrace.of(out2))
     fields["call2_start_ms"] = _ms(out2.start_ns, start)
     fields["answer_ttft_ms"] = _ms(two.first_token_ns, out2.start_ns)

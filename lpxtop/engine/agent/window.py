@@ -6,7 +6,7 @@ from collections import Counter, deque
 
 from lpxtop.engine.agent.chain import chain_budget
 from lpxtop.engine.agent.nodes import summarize_nodes
-from lpxtop.engine.stats import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S
+from lpxtop.engine.window import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, Tally
 from lpxtop.model.agent import SEGMENTS, AgentStep, AgentView
 from lpxtop.model.probe import Percentiles
 
@@ -27,36 +27,18 @@ class AgentWindow:
                  include_client_limited: bool = False) -> None:
         self.window_s = window_s
         self.include_client_limited = include_client_limited
-        self.client_limited = 0
+        self.tally = Tally()
         self.steps: deque[AgentStep] = deque(maxlen=max_samples)
-        self.sent = 0
-        self.ok = 0
-        self.failed = 0
-        self.errors: Counter[str] = Counter()
-        self.last_error: str | None = None
-        self.last_error_time: float | None = None
         self._view: tuple[tuple, AgentView] | None = None
 
     def add(self, step: AgentStep) -> None:
         self.steps.append(step)
-        self.sent += 1
-        if step.client_limited:
-            self.client_limited += 1
-        if step.ok:
-            self.ok += 1
-        else:
-            self.failed += 1
-            self.errors[step.error_kind or "other"] += 1
-            self.last_error = step.error_text
-            self.last_error_time = step.wall_time
+        self.tally.add(step)
         self._prune(step.wall_time)
 
     def reset(self) -> None:
         self.steps.clear()
-        self.sent = self.ok = self.failed = self.client_limited = 0
-        self.errors.clear()
-        self.last_error = None
-        self.last_error_time = None
+        self.tally.reset()
         self._view = None
 
     def _prune(self, now: float) -> None:
@@ -68,14 +50,15 @@ class AgentWindow:
         """The window summarized; recomputed only when a step came or went (or a setting changed)."""
         self._prune(now)
         first = self.steps[0] if self.steps else None
-        key = (len(self.steps), id(first), self.sent, chain_steps, in_flight, api, self.client_limited)
+        tally = self.tally
+        key = (len(self.steps), id(first), tally.sent, chain_steps, in_flight, api, tally.client_limited)
         cached = self._view
         if cached is not None and cached[0] == key:
             return cached[1]
         view = summarize(tuple(self.steps), api=api, chain_steps=chain_steps, in_flight=in_flight,
-                         sent=self.sent, ok=self.ok, failed=self.failed, errors=dict(self.errors),
-                         last_error=self.last_error, last_error_time=self.last_error_time,
-                         client_limited=self.client_limited, include_client_limited=self.include_client_limited)
+                         sent=tally.sent, ok=tally.ok, failed=tally.failed, errors=dict(tally.errors),
+                         last_error=tally.last_error, last_error_time=tally.last_error_time,
+                         client_limited=tally.client_limited, include_client_limited=self.include_client_limited)
         self._view = (key, view)
         return view
 

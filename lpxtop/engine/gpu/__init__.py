@@ -3,4 +3,23 @@
 - `collector`: the GPU collector the engine runs, over NVML, AMD and the simulated devices.
 - `nvml`: NVIDIA through `pynvml` (nvidia-ml-py); `simulated`: devices for the demo and tests.
 - `accel`: AMD (AMD SMI or the amdgpu driver's sysfs files), DRM fdinfo, throttle reasons, energy per token.
+
+The names below are imported on first use (lpxtop/lazy.py): NVML's and AMD's libraries load only when a
+collector is made.
 """
+
+from lpxtop.lazy import lazy_exports
+
+__all__ = [
+    "AcceleratorCollector",
+    "EnergyMeter",
+    "GpuCollector",
+    "SimulatedGpuCollector",
+]
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "lpxtop.engine.gpu.collector": ("GpuCollector",),
+    "lpxtop.engine.gpu.simulated": ("SimulatedGpuCollector",),
+    "lpxtop.engine.gpu.accel.collector": ("AcceleratorCollector",),
+    "lpxtop.engine.gpu.accel.energy": ("EnergyMeter",),
+})

@@ -26,7 +26,7 @@ from lpxtop.engine.probe.chunks import ChunkSink
 from lpxtop.engine.probe.errors import StreamError
 from lpxtop.engine.probe.models import fetch_models
 from lpxtop.engine.probe.sink import StreamSink
-from lpxtop.engine.probe.stream import StreamOutcome, measured_stream, shown_url
+from lpxtop.engine.probe.stream import StreamOutcome, measured_stream, redirect_target
 from lpxtop.engine.probe.tracecontext import TraceContext, new_trace_context
 
 __all__ = [
@@ -40,7 +40,7 @@ __all__ = [
     "fetch_models",
     "measured_stream",
     "new_trace_context",
+    "redirect_target",
     "rejects_stream_options",
     "run_probe",
-    "shown_url",
 ]

@@ -27,8 +27,7 @@ from lpxtop.engine.probe.errors import StreamError, classify_exception, raise_ht
 from lpxtop.engine.probe.reads import BatchedReads
 from lpxtop.engine.probe.sink import StreamSink
 from lpxtop.engine.probe.tracecontext import TRACEPARENT_HEADER, TraceContext, new_trace_context
-from lpxtop.engine.scrape.kinds import auth_headers
-from lpxtop.http import ConnectTimeout, HttpClient, HttpTimeout, PoolTimeout, Timeout
+from lpxtop.http import ConnectTimeout, HttpClient, HttpTimeout, PoolTimeout, Timeout, shown_url
 from lpxtop.model.endpoint import EndpointConfig
 
 # An error status's body is read for at most this long (and never past the request's own limit): a
@@ -40,11 +39,20 @@ DRAIN_TIMEOUT_S = 0.5
 MAX_URL_CHARS = 300  # a redirect target shown and stored
 
 
+def with_traceparent(headers: dict[str, str], trace: TraceContext) -> dict[str, str]:
+    """`headers` with the request's own `traceparent`: one configured under any spelling of the name is
+    replaced, never sent beside it (two would leave the server to pick one, and the span unjoined)."""
+    for name in [name for name in headers if name.lower() == TRACEPARENT_HEADER]:
+        del headers[name]
+    headers[TRACEPARENT_HEADER] = trace.traceparent()
+    return headers
+
+
 def request_headers(endpoint: EndpointConfig, *, stream: bool = True) -> dict[str, str]:
     headers = {"Accept-Encoding": "identity", "User-Agent": "lpxtop"}
     if stream:
         headers["Accept"] = "text/event-stream"
-    headers.update(auth_headers(endpoint))
+    headers.update(endpoint.sent_headers)  # the credentials, resolved when the configuration was built
     return headers
 
 
@@ -84,11 +92,13 @@ TTFT_FROM = ("sent", "call")  # where a request's clock starts: when it goes out
 
 
 async def measured_stream(
-    client: HttpClient, endpoint: EndpointConfig, url: str, body: dict, sink: StreamSink, *, ttft_from: str = "sent"
+    client: HttpClient, endpoint: EndpointConfig, url: str, body: dict, sink: StreamSink, *, ttft_from: str = "sent",
+    trace: TraceContext | None = None,
 ) -> StreamOutcome:
     """POST `body` to `url` streaming, feed its events to `sink`, and say how it went. Never raises
-    (except CancelledError): every failure is the outcome's `error_kind`. `ttft_from`: TTFT_FROM."""
-    trace = new_trace_context()
+    (except CancelledError): every failure is the outcome's `error_kind`. `ttft_from`: TTFT_FROM. `trace`: the
+    context to send (an agent step's call in the step's trace); a fresh one by default."""
+    trace = trace or new_trace_context()
     wall_time = time.time()
     watchdog = Watchdog()
     start_ns = time.perf_counter_ns()
@@ -135,8 +145,7 @@ async def _exchange(
 ) -> None:
     """Send, then read raw bytes, each stamped when it came off the socket."""
     total_deadline = out.start_ns + int(endpoint.timeout_s * 1e9)
-    headers = request_headers(endpoint)
-    headers[TRACEPARENT_HEADER] = out.trace.traceparent()
+    headers = with_traceparent(request_headers(endpoint), out.trace)
 
     def connected(t_ns: int) -> None:
         out.connect_ns = t_ns
@@ -160,7 +169,7 @@ async def _exchange(
         out.sent_wall_ns += response.start_ns - began_ns  # the wall clock at that same moment
     out.pool_wait_ns = response.pool_wait_ns
     if response.redirects:
-        out.redirected_to = shown_url(response.url)
+        out.redirected_to = redirect_target(response.url)
     try:
         if response.status_code != 200:
             # The status is the finding: from here on only the error body's own short bound applies.
@@ -235,16 +244,12 @@ class Watchdog:
         return True
 
 
-def shown_url(url: str) -> str | None:
-    """A URL a server sent (a redirect's target) as it may be shown and stored: no user:password, no query
-    string (signed URLs carry credentials there), outside text scrubbed and bounded."""
+def redirect_target(url: str) -> str | None:
+    """A URL a server sent (a redirect's target) as it may be shown and stored: `lpxtop.http.shown_url` (no
+    user:password, no query string: signed URLs carry credentials there), outside text scrubbed; None for a
+    URL that does not parse."""
     try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        netloc = f"{host}:{parts.port}" if parts.port else host
+        urlsplit(url).port  # noqa: B018 - a port that is not a number is a URL that does not parse
     except ValueError:
         return None
-    text = f"{parts.scheme}://{netloc}{parts.path}" + ("?…" if parts.query else "")
-    return textsafe.scrub(text[:MAX_URL_CHARS]) or None
+    return textsafe.scrub(shown_url(url, MAX_URL_CHARS)) or None

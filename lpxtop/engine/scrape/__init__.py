@@ -7,4 +7,26 @@
 - `histograms`: server histograms, their deltas and quantiles over a window.
 - `tracker`: one endpoint's server figures over time; `servers`: the scrape loop's collector.
 - `ollama`: Ollama's `/api/ps`, which stands in for a `/metrics` page.
+
+The names below are imported on first use (lpxtop/lazy.py).
 """
+
+from lpxtop.lazy import lazy_exports
+
+__all__ = [
+    "KINDS",
+    "Exposition",
+    "KindNames",
+    "MetricsTracker",
+    "NotPrometheusText",
+    "ServerScraper",
+    "detect_kind",
+]
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "lpxtop.engine.scrape.servers": ("ServerScraper",),
+    "lpxtop.engine.scrape.kinds": ("detect_kind",),
+    "lpxtop.engine.scrape.metric_names": ("KINDS", "KindNames"),
+    "lpxtop.engine.scrape.exposition": ("Exposition", "NotPrometheusText"),
+    "lpxtop.engine.scrape.tracker": ("MetricsTracker",),
+})

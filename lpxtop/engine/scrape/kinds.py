@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from lpxtop.engine.scrape.exposition import Exposition
@@ -10,7 +9,6 @@ from lpxtop.engine.scrape.metric_names import KINDS, KindNames
 from lpxtop.engine.scrape.ollama import looks_like_ps
 from lpxtop.http import HttpClient
 from lpxtop.model.endpoint import EndpointConfig
-from lpxtop.textsafe import register_credential, register_secret
 
 PROBE_TIMEOUT = 3.0
 
@@ -36,7 +34,7 @@ async def probe_kind(client: HttpClient, endpoint: EndpointConfig) -> str | None
     Tries, each bounded by a 3 s timeout: /v1/models `owned_by`, Ollama's /api/version and
     /api/ps, TGI's /info, llama.cpp's /props.
     """
-    models = await _get_json(client, endpoint.url.rstrip("/") + "/models", auth_headers(endpoint))
+    models = await _get_json(client, endpoint.url.rstrip("/") + "/models", endpoint.sent_headers)
     if isinstance(models, dict) and isinstance(models.get("data"), list):
         for m in models["data"]:
             owner = m.get("owned_by") if isinstance(m, dict) else None
@@ -57,30 +55,6 @@ async def probe_kind(client: HttpClient, endpoint: EndpointConfig) -> str | None
     if isinstance(props, dict) and ("default_generation_settings" in props or "total_slots" in props):
         return "llamacpp"
     return None
-
-
-# Config headers whose values are not credentials: every other header's value is registered as a secret.
-_PLAIN_HEADERS = frozenset(
-    ("accept", "accept-encoding", "accept-language", "cache-control", "connection", "content-type", "user-agent")
-)
-
-
-def auth_headers(endpoint: EndpointConfig) -> dict[str, str]:
-    """The endpoint's own headers plus its bearer key (read from its env variable); never logged.
-
-    Every credential it sends is registered with `textsafe.register_secret` as it is read (the key,
-    and the values of the config's headers, with the credential after a scheme such as "Bearer" on its
-    own), so a server that echoes the request back in an error cannot get it shown or stored.
-    """
-    headers = dict(endpoint.headers)
-    for name, value in headers.items():
-        if name.lower() not in _PLAIN_HEADERS:
-            register_credential(value)
-    key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
-    if key:
-        register_secret(key)
-        headers["Authorization"] = f"Bearer {key}"  # the named key wins over a stray header
-    return headers
 
 
 async def _get_json(client: HttpClient, url: str, headers: dict[str, str] | None = None) -> Any:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from lpxtop.engine.scrape.exposition import Exposition, NotPrometheusText, short_reason
-from lpxtop.engine.scrape.kinds import auth_headers, detect_kind, probe_kind
+from lpxtop.engine.scrape.kinds import detect_kind, probe_kind
 from lpxtop.engine.scrape.metric_names import BY_KIND, KindNames, family_names, histogram_names, sample_name
 from lpxtop.engine.scrape.ollama import looks_like_ps, ollama_metrics
 from lpxtop.engine.scrape.reparse import ReParser
@@ -307,7 +307,7 @@ class ServerScraper:
 
     async def _read(self, client: HttpClient, url: str, limit: int) -> _Answer:
         # Some servers guard /metrics with the API key; never send it to another host.
-        headers = auth_headers(self.endpoint) if _origin(url) == self.endpoint.origin else {}
+        headers = self.endpoint.sent_headers if _origin(url) == self.endpoint.origin else {}
         headers.update(REQUEST_HEADERS)
         async with await client.stream("GET", url, headers=headers, timeout=self.timeout_s) as r:
             if r.status_code == 200:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import psutil
 
 from lpxtop.engine.system.ports import is_root
-from lpxtop.engine.system.shown import format_age, printable, redact_argv, safe_name, short_command
+from lpxtop.engine.system.shown import escaped, redact_argv, safe_name, short_command
+from lpxtop.humanize import message_age
 
 READONLY_REFUSAL = "read-only mode (--readonly): process actions are disabled"
 
@@ -46,11 +47,11 @@ class Confirmation:
     @property
     def text(self) -> str:
         """The dialog body: what will be signalled, by whom it is owned, since when."""
-        age = f"{format_age(time.time() - self.started_at)} ago" if self.started_at else "?"
+        age = f"{message_age(time.time() - self.started_at)} ago" if self.started_at else "?"
         lines = [
             f"Send {self.signal_name} to PID {self.pid}?",
-            f"user:    {printable(self.user or '?')}",
-            f"command: {printable(self.cmdline or self.name or '?')}",
+            f"user:    {escaped(self.user or '?')}",
+            f"command: {escaped(self.cmdline or self.name or '?')}",
             f"started: {age}",
         ]
         if self.refusal:

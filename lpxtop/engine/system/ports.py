@@ -23,7 +23,8 @@ from lpxtop.engine.system.listeners import (
 )
 from lpxtop.engine.system.patterns import ServerPattern
 from lpxtop.engine.system.processes import ProcessScanner, ProcInfo, ancestors, children_map, descendants
-from lpxtop.engine.system.shown import format_age, format_bytes, short_command
+from lpxtop.engine.system.shown import short_command
+from lpxtop.humanize import memory_size, message_age
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.ports import LeftoverProcess, PortStatus, with_endpoints
 
@@ -350,7 +351,7 @@ class PortMonitor:
             return [
                 (
                     root_info,
-                    f"serves port {listed} and holds {format_bytes(total)} of GPU memory but is none "
+                    f"serves port {listed} and holds {memory_size(total)} of GPU memory but is none "
                     f"of lpxtop's endpoints: a stale server? stop it (kill {root}) or add it as an "
                     "endpoint",
                     total,
@@ -360,7 +361,7 @@ class PortMonitor:
             return [
                 (
                     table[p],
-                    f"holds {format_bytes(gpu_pids[p])} of GPU memory but serves no port: left over "
+                    f"holds {memory_size(gpu_pids[p])} of GPU memory but serves no port: left over "
                     f"from a crashed server? stop it (kill {p}) to free the memory",
                     gpu_pids[p],
                 )
@@ -372,7 +373,7 @@ class PortMonitor:
         return [
             (
                 root_info,
-                f"listens on no port after {format_age(age)}: left over from an old run? "
+                f"listens on no port after {message_age(age)}: left over from an old run? "
                 f"stop it (kill {root}) if it is not still loading",
                 None,
             )
@@ -441,7 +442,7 @@ def _describe(info: ProcInfo | None, now: float) -> str:
     """``python -m vllm…, started 3 h ago`` for messages."""
     if info is None:
         return "process details hidden"
-    age = format_age(now - info.started_at) if info.started_at else "?"
+    age = message_age(now - info.started_at) if info.started_at else "?"
     return f"{short_command(info.label)}, started {age} ago"
 
 

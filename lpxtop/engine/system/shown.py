@@ -3,7 +3,7 @@ safe, and the ages and sizes in one-line messages about it.
 
 A process picks its own name and command line: every path that shows them goes through `redact_argv`
 (secret-bearing options masked, registered secrets and terminal escapes taken out by `textsafe.scrub`)
-and, in a one-line message, `printable` (control characters escaped).
+and, in a one-line message, `escaped` (control characters escaped).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def display_command(cmdline: str) -> str:
     interpreter's and the program's paths become base names (a script run by Python is named by itself,
     a ``-m`` module as ``python -m MODULE``), and so does an argument that is an installed program's path;
     a path under the home directory starts with ``~``. Other arguments (a model's path) stay as they are."""
-    argv = printable(cmdline).split()
+    argv = escaped(cmdline).split()
     if not argv:
         return ""
     start, how = program_start(argv)
@@ -74,7 +74,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
             hide_next = False
             continue
         m = _SECRET_ASSIGN.match(arg) or _SECRET_ENV.match(arg)
-        # newlines are kept (a one-line message shows them escaped: `printable`); escapes go
+        # newlines are kept (a one-line message shows them escaped: `escaped`); escapes go
         if m:
             out.append((scrub(m.group(1), newlines=True) or "") + REDACTED)
         else:
@@ -88,21 +88,7 @@ def safe_name(name: str | None) -> str | None:
     return scrub(name)
 
 
-def format_age(seconds: float | None) -> str:
-    """``"3 h"`` style age for messages; ``"?"`` when unknown."""
-    if seconds is None:
-        return "?"
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 86400:
-        return f"{seconds / 3600:.0f} h"
-    return f"{seconds / 86400:.0f} d"
-
-
-def printable(text: str) -> str:
+def escaped(text: str) -> str:
     """`text` with control characters escaped (``\\n``, ``\\x1b``): a process picks its own command
     line, and a newline or a terminal escape in it must not break a one-line message or the screen."""
     if text.isprintable():
@@ -113,12 +99,7 @@ def printable(text: str) -> str:
 def short_command(cmdline: str, limit: int = 40) -> str:
     """The start of what a process runs (`display_command`: interpreter and install paths shortened) for
     one-line messages, cut at `limit` characters."""
-    text = display_command(cmdline) or printable(cmdline)
+    text = display_command(cmdline) or escaped(cmdline)
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def format_bytes(n: int) -> str:
-    """GiB/MiB for memory in messages."""
-    if n >= 1 << 30:
-        return f"{n / (1 << 30):.1f} GiB"
-    return f"{n / (1 << 20):.0f} MiB"

@@ -25,7 +25,6 @@ import logging
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -33,36 +32,25 @@ from aiohttp.http_exceptions import HttpProcessingError
 from lpxtop.engine.traces import otlp
 from lpxtop.engine.traces.forward import SpanForwarder
 from lpxtop.engine.traces.join import SpanSink
+from lpxtop.engine.traces.limits import (  # noqa: F401 - where they were; the settings read them without aiohttp
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    MAX_BODY_BYTES,
+    MAX_CONCURRENT,
+    MAX_JSON_BODY_BYTES,
+    READ_TIMEOUT_S,
+    SPANS_PER_S,
+    ReceiverSettings,
+)
 from lpxtop.engine.traces.spans import read_span
+from lpxtop.loopthread import LoopThread
 from lpxtop.model.chain import ReceiverStats, SpanSegments
 
 log = logging.getLogger("lpxtop.traces")
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 4318  # OTLP/HTTP's own default port
-MAX_BODY_BYTES = 4 * 1024 * 1024  # vLLM's batches (512 spans at most) are ~200 KB
-# json.loads holds the interpreter lock for the whole body (94 ms for 850 KB here, under a load average
-# of 12): JSON bodies stay small (no server lpxtop reads sends JSON; tools and tests may)
-MAX_JSON_BODY_BYTES = 256 * 1024
-MAX_CONCURRENT = 4
-SPANS_PER_S = 5000.0
-READ_TIMEOUT_S = 10.0
 HAND_OVER = 256  # segments handed to the join per lock
 _START_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 5.0
-
-
-@dataclass(frozen=True)
-class ReceiverSettings:
-    """Where the receiver listens and its bounds."""
-
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
-    forward_url: str | None = None
-    max_body_bytes: int = MAX_BODY_BYTES
-    max_concurrent: int = MAX_CONCURRENT
-    spans_per_s: float = SPANS_PER_S
-    read_timeout_s: float = READ_TIMEOUT_S
 
 
 class _TokenBucket:
@@ -276,16 +264,13 @@ def _status(status: int, media: str | None, message: str, retry_after: int | Non
 
 
 class TraceReceiver:
-    """The receiver on its own daemon thread and event loop: `start()` returns (host, port) once it
-    listens (OSError if it cannot, otlp.OtelUnavailable without opentelemetry-proto); `stop()` joins."""
+    """The receiver on its own daemon thread and event loop (lpxtop/loopthread.py): `start()` returns
+    (host, port) once it listens (OSError if it cannot, otlp.OtelUnavailable without opentelemetry-proto);
+    `stop()` joins."""
 
     def __init__(self, join: SpanSink, settings: ReceiverSettings | None = None) -> None:
         self.server = TraceReceiverServer(join, settings)
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopped: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
+        self._loop_thread = LoopThread("lpxtop-traces")
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -295,25 +280,24 @@ class TraceReceiver:
         return self.server.stats()
 
     def start(self) -> tuple[str, int]:
-        self._thread = threading.Thread(target=self._run, name="lpxtop-traces", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(_START_TIMEOUT_S):
-            self.stop()
-            raise TimeoutError(f"the trace receiver did not start within {_START_TIMEOUT_S:.0f} s")
-        if self._error is not None:
-            self._thread.join(_STOP_TIMEOUT_S)
-            raise self._error
+        self._loop_thread.start(timeout=_START_TIMEOUT_S)
+        try:
+            self._loop_thread.run(self.server.start(), _START_TIMEOUT_S)
+        except TimeoutError:
+            self._loop_thread.stop(_STOP_TIMEOUT_S)
+            raise TimeoutError(f"the trace receiver did not start within {_START_TIMEOUT_S:.0f} s") from None
+        except BaseException:
+            self._loop_thread.stop(_STOP_TIMEOUT_S)
+            raise
         assert self.server.address is not None
         return self.server.address
 
     def stop(self) -> None:
-        loop, stopped = self._loop, self._stopped
-        if loop is not None and stopped is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(stopped.set)
-        thread = self._thread
-        if thread is not None and thread.is_alive() and threading.current_thread() is not thread:
-            thread.join(_STOP_TIMEOUT_S)
+        began = time.monotonic()
+        if self._loop_thread.loop is not None and not self._loop_thread.on_loop_thread():
+            with contextlib.suppress(Exception):  # stopping: the loop shuts down whatever is left
+                self._loop_thread.run(self.server.stop(), _STOP_TIMEOUT_S)
+        self._loop_thread.stop(max(0.1, _STOP_TIMEOUT_S - (time.monotonic() - began)))
 
     def __enter__(self) -> TraceReceiver:
         self.start()
@@ -321,25 +305,3 @@ class TraceReceiver:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve())
-        finally:
-            loop.close()
-
-    async def _serve(self) -> None:
-        self._stopped = asyncio.Event()
-        try:
-            await self.server.start()
-        except BaseException as exc:  # reported to the starting thread
-            self._error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        try:
-            await self._stopped.wait()
-        finally:
-            await self.server.stop()

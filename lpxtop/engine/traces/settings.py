@@ -20,8 +20,7 @@ from typing import Any
 
 from lpxtop.checks import ConfigError, check_http_url
 from lpxtop.durations import DurationError, parse_duration
-from lpxtop.engine.traces.join import DEFAULT_WAIT_S
-from lpxtop.engine.traces.receiver import MAX_BODY_BYTES, SPANS_PER_S, ReceiverSettings
+from lpxtop.engine.traces.limits import DEFAULT_WAIT_S, MAX_BODY_BYTES, SPANS_PER_S, ReceiverSettings
 
 TRACES_KEYS = ("listen", "forward", "spans_per_s", "max_body_bytes", "wait")
 MAX_SPANS_PER_S = 1_000_000.0
@@ -32,15 +31,12 @@ MAX_WAIT_S = 600.0
 def add_traces_arguments(parser: argparse.ArgumentParser) -> None:
     """--traces-listen and --traces-forward, for every command that probes (dashboard, once, record, ...)."""
     parser.add_argument(
-        "--traces-listen", metavar="HOST:PORT", default=None,
-        help="receive the server's own per-request spans (OTLP/HTTP, POST /v1/traces) here and join them to "
-        "lpxtop's requests, e.g. 127.0.0.1:4318; point the server's --otlp-traces-endpoint at it "
-        "(needs pip install 'lpxtop[otel]')",
+        "--traces-listen", metavar="ADDR", default=None,
+        help="receive the server's spans here, e.g. 127.0.0.1:4318",
     )  # fmt: skip
     parser.add_argument(
         "--traces-forward", metavar="URL", default=None,
-        help="pass every span received on, unchanged, to this OTLP/HTTP collector (e.g. "
-        "http://127.0.0.1:14318/v1/traces)",
+        help="forward every span received to this OTLP/HTTP URL",
     )  # fmt: skip
 
 

@@ -88,7 +88,14 @@ def read_span(span: Any, source: str, now_ns: int | None = None) -> Reading:
 def _read_attributes(span: Any, trace_id: str, source: str, server: str, table: dict[str, str]) -> Reading:
     values, bad = _segments_from(attributes(span), table, _seconds_to_ms)
     return Reading(SpanSegments(trace_id=trace_id, server=server, source=source,
-                                start_wall_ns=span.start_time_unix_nano, **values), bad_values=bad)
+                                start_wall_ns=span.start_time_unix_nano, **_ids(span), **values), bad_values=bad)
+
+
+def _ids(span: Any) -> dict[str, str | None]:
+    """The span's own id and its parent's (hex; None when absent or not 8 bytes)."""
+    own, parent = bytes(span.span_id), bytes(span.parent_span_id)
+    return {"span_id": hex_id(own) if len(own) == 8 and any(own) else None,
+            "parent_span_id": hex_id(parent) if len(parent) == 8 and any(parent) else None}
 
 
 _SGLANG_ROOT = re.compile(r"^(?:\w+ )?Req [0-9A-Za-z-]{1,64}$")
@@ -108,7 +115,7 @@ def _read_sglang(span: Any, trace_id: str, source: str, server: str, table: dict
     else:  # the request's root span: its start is the server's arrival
         start = span.start_time_unix_nano
     return Reading(SpanSegments(trace_id=trace_id, server=server, source=source, start_wall_ns=start,
-                                complete=False, **values), bad_values=bad)
+                                complete=False, **_ids(span), **values), bad_values=bad)
 
 
 def _read_tgi(span: Any, trace_id: str, source: str, server: str, table: dict[str, str]) -> Reading:
@@ -117,7 +124,7 @@ def _read_tgi(span: Any, trace_id: str, source: str, server: str, table: dict[st
         return UNRECOGNIZED
     values, bad = _segments_from(found, table, _rust_duration_ms)
     return Reading(SpanSegments(trace_id=trace_id, server=server, source=source,
-                                start_wall_ns=span.start_time_unix_nano, **values), bad_values=bad)
+                                start_wall_ns=span.start_time_unix_nano, **_ids(span), **values), bad_values=bad)
 
 
 def _segments_from(found: dict[str, Any], table: dict[str, str], to_ms) -> tuple[dict[str, float], int]:

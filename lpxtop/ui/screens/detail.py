@@ -12,12 +12,14 @@ from textual.containers import Grid, VerticalScroll
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tabs
 
+from lpxtop.humanize import fmt_ago, fmt_ms_unit, fmt_pct, fmt_rate
 from lpxtop.model.snapshot import EndpointView, Snapshot
-from lpxtop.ui.formatting import fmt_ago, fmt_ms_unit, fmt_pct, fmt_rate, pack_chunks, truncate
+from lpxtop.ui.formatting import pack_chunks, truncate
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.screens.base import SnapshotScreen
 from lpxtop.ui.screens.help import HelpPage, detail_help
 from lpxtop.ui.widgets.agent_panel import AgentPanel
+from lpxtop.ui.widgets.chain_panel import ChainPanel
 from lpxtop.ui.widgets.charts import PlotextChart, endpoint_charts
 from lpxtop.ui.widgets.endpoints_table import STATUS_SYMBOLS, error_pct, gap_text, server_ttft_mean_ms
 from lpxtop.ui.widgets.key_bar import KeyBar
@@ -50,7 +52,8 @@ def render_summary(view: EndpointView | None, name: str, now: float, palette: Pa
                             style=palette.critical))
     if view.ttft_gap.value_ms is not None:
         gap = gap_text(view)
-        figures.append(Text(f"outside engine {gap}{'' if gap.endswith('s') else ' ms'}", style=palette.accent))
+        how = f" (exact: {view.ttft_gap.probes} probes' own server spans)" if view.ttft_gap.method == "joined_spans" else ""
+        figures.append(Text(f"outside engine {gap}{'' if gap.endswith('s') else ' ms'}{how}", style=palette.accent))
     server_mean = server_ttft_mean_ms(view)
     if server_mean is not None:
         figures.append(Text(f"server TTFT mean {fmt_ms_unit(server_mean)}", style=palette.muted))
@@ -99,6 +102,7 @@ class DetailScreen(SnapshotScreen):
         self._settings_key: object = None
         self._server_key: object = None
         self._charts_drawn_at = float("-inf")
+        self._chain_tab = False
 
     def compose(self) -> ComposeResult:
         yield Static("", id="detail-summary")
@@ -121,8 +125,19 @@ class DetailScreen(SnapshotScreen):
         table.add_column("HTTP", key="http", width=4)
         table.add_column("Message", key="message")
         self.set_class(self.size.width >= WIDE, "-wide")
-        await self._add_agent_tab(self.app.snapshot)  # type: ignore[attr-defined]
+        snap = self.app.snapshot  # type: ignore[attr-defined]
+        await self._add_agent_tab(snap)
+        view = next((v for v in snap.endpoints if v.key == self.endpoint_name), None) if snap else None
+        if view is not None and view.chain is not None:
+            await self._add_chain_tab()
         self.begin_drawing()
+
+    def _add_chain_tab(self):
+        """A Chain tab (the probes joined to their server spans) for an endpoint with a chain, after Server."""
+        self._chain_tab = True
+        tabs = self.query_one("#detail-tabs", TabbedContent)
+        pane = TabPane("Chain", VerticalScroll(ChainPanel(id="chain-panel", markup=False)), id="tab-chain")
+        return tabs.add_pane(pane, after="tab-server")
 
     async def _add_agent_tab(self, snap: Snapshot | None) -> None:
         """An Agent tab for an endpoint with the agent-step probe, first when it has no chat probe."""
@@ -170,6 +185,10 @@ class DetailScreen(SnapshotScreen):
         self._show_errors(view, snap.wall_time, palette, force)
         for panel in self.query(AgentPanel):
             panel.show(view, snap.wall_time, palette)
+        if view.chain is not None and not self._chain_tab:
+            self._add_chain_tab()  # a receiver that came up after the screen opened
+        for chain_panel in self.query(ChainPanel):
+            chain_panel.show(view, snap.wall_time, palette, force)
         server_key = (view.server, view.ttft_gap, id(palette))
         if server_key != self._server_key or force:
             self._server_key = server_key

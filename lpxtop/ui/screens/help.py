@@ -81,7 +81,8 @@ LEGEND = (
     "TPOT50: time per output token; E2E99: whole request p99; tok/s: decode rate p50; Q w/r: server "
     "queue waiting/running; KV: KV-cache used; Step50/95: agent step p50/p95 (only when an endpoint runs "
     "agent steps); Gap: time outside the engine (network, proxy, HTTP server): the probes' TTFT minus the "
-    "server's own for the same requests, `~` an estimate; `--` where nothing compares (the detail screen's "
+    "server's own for the same requests, `~` an estimate, exact per probe with --traces-listen (each probe "
+    "against its own server span); `--` where nothing compares (the detail screen's "
     "Server tab says why). `--`: the value is not known.\n"
     "A narrow terminal drops columns from the right of this list first: model, TPOT, gap, trend, E2E, "
     "ITL; the queue and KV stay."
@@ -92,7 +93,9 @@ DETAIL_LEGEND = (
     "p99 lines; the distribution of inter-token gaps (ms); decode tokens/s; the server's queue and KV cache "
     "from its /metrics.\n"
     "Server: the server's own latency (exact means, estimated quantiles with their ranges) and the time "
-    "outside the engine. Errors: the window's failed probes, newest first. Settings: the probe's settings "
+    "outside the engine. Chain (with --traces-listen): each probe joined to the server's own span of it: "
+    "to server, queue, prefill, server TTFT, outside, decode as p50/p95/p99, and a bar per recent probe. "
+    "Errors: the window's failed probes, newest first. Settings: the probe's settings "
     "(never the API key)."
 )
 

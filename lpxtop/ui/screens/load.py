@@ -13,9 +13,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 
+from lpxtop.humanize import fmt_duration
 from lpxtop.model.load import LoadState
 from lpxtop.model.snapshot import Snapshot
-from lpxtop.ui.formatting import fmt_duration
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.screens.base import SnapshotScreen
 from lpxtop.ui.screens.help import HelpPage

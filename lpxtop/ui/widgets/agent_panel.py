@@ -12,12 +12,13 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from lpxtop.model.agent import SEGMENT_LABELS, SEGMENTS, AgentView
+from lpxtop.humanize import UNKNOWN, fmt_ago, fmt_ms
+from lpxtop.model.agent import SEGMENT_LABELS, SEGMENTS, SPAN_SEGMENT_LABELS, SPAN_SEGMENTS, AgentView
 from lpxtop.model.endpoint import PLATFORM_APIS
 from lpxtop.model.platform import NodeSummary
 from lpxtop.model.probe import Percentiles
 from lpxtop.model.snapshot import EndpointView
-from lpxtop.ui.formatting import UNKNOWN, fmt_ago, fmt_ms, truncate
+from lpxtop.ui.formatting import truncate
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.widgets.waterfall import render_waterfall, shown_step
 
@@ -68,31 +69,33 @@ def _row(text: Text, label: str, p: Percentiles | None, palette: Palette, note: 
 
 def _segment_styles(palette: Palette) -> dict[str, str]:
     colors = [f"rgb({r},{g},{b})" for r, g, b in palette.chart]
-    return {"prefill": colors[0], "decode": colors[2], "tool": colors[1], "outside": colors[4 % len(colors)]}
+    return {"prefill": colors[0], "decode": colors[2], "tool": colors[1], "outside": colors[4 % len(colors)],
+            "queue": colors[3 % len(colors)]}
 
 
-def breakdown_bar(breakdown: dict[str, float], width: int, palette: Palette) -> Text:
+def breakdown_bar(breakdown: dict[str, float], width: int, palette: Palette,
+                  segments: tuple[str, ...] = SEGMENTS, labels: dict[str, str] = SEGMENT_LABELS) -> Text:
     """One line of `width` cells split in proportion to the mean step's segments, then a legend line."""
     text = Text(no_wrap=True, overflow="ellipsis")
-    total = sum(breakdown.get(s, 0.0) for s in SEGMENTS)
+    total = sum(breakdown.get(s, 0.0) for s in segments)
     if total <= 0:
         text.append("  no fully measured step in the window yet", style=palette.muted)
         return text
     width = max(BAR_MIN_WIDTH, width)
     styles = _segment_styles(palette)
-    cells = {s: breakdown.get(s, 0.0) / total * width for s in SEGMENTS}
+    cells = {s: breakdown.get(s, 0.0) / total * width for s in segments}
     # whole cells by largest remainder, so the bar is exactly `width` wide
     counts = {s: int(v) for s, v in cells.items()}
-    for s in sorted(SEGMENTS, key=lambda s: cells[s] - counts[s], reverse=True)[: width - sum(counts.values())]:
+    for s in sorted(segments, key=lambda s: cells[s] - counts[s], reverse=True)[: width - sum(counts.values())]:
         counts[s] += 1
     text.append("  ")
-    for s in SEGMENTS:
+    for s in segments:
         text.append("█" * counts[s], style=styles[s])
     text.append("\n  ")
-    for s in SEGMENTS:
+    for s in segments:
         share = breakdown.get(s, 0.0) / total * 100
         text.append("■ ", style=styles[s])
-        text.append(f"{SEGMENT_LABELS[s]} {_with_unit(breakdown.get(s, 0.0))} ({share:.0f}%)   ")
+        text.append(f"{labels[s]} {_with_unit(breakdown.get(s, 0.0))} ({share:.0f}%)   ")
     return text
 
 
@@ -157,6 +160,12 @@ def render_agent(agent: AgentView | None, now: float, palette: Palette, width: i
     text.append("\n\n  where a step's time goes (mean over the window):\n", style="bold")
     text.append_text(breakdown_bar(dict(agent.breakdown_ms), width - 6, palette))
     text.append("\n")
+    if agent.span_breakdown_ms:  # --traces-listen: the calls' own server spans say where the TTFTs went
+        text.append(f"\n  the same by the calls' own server spans ({agent.span_breakdown_steps} steps with both "
+                    "calls joined):\n", style="bold")
+        text.append_text(breakdown_bar(dict(agent.span_breakdown_ms), width - 6, palette, SPAN_SEGMENTS,
+                                       SPAN_SEGMENT_LABELS))
+        text.append("\n")
     errors = agent.recent_errors
     if errors:
         text.append("\n  last errors\n", style="bold")

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import Static
 
+from lpxtop.humanize import fmt_ms, fmt_rate
 from lpxtop.model.snapshot import EndpointView
-from lpxtop.ui.formatting import fmt_ms, fmt_rate, pack_chunks
+from lpxtop.ui.formatting import pack_chunks
 
 RGB = tuple[int, int, int]
 MIN_WIDTH, MIN_HEIGHT = 20, 7  # a plot needs its axes, its labels and a few rows between them

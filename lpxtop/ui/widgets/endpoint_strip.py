@@ -9,8 +9,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, Static
 
+from lpxtop.humanize import UNKNOWN, fmt_ago, fmt_signed_ms
 from lpxtop.model.snapshot import EndpointView
-from lpxtop.ui.formatting import UNKNOWN, fmt_ago, fmt_signed_ms
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.widgets.endpoints_table import gap_text
 from lpxtop.ui.widgets.spark_bars import SparkBars

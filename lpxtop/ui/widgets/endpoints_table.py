@@ -7,18 +7,9 @@ from dataclasses import dataclass, replace
 
 from textual.binding import Binding
 
+from lpxtop.humanize import UNKNOWN, fmt_bytes, fmt_count, fmt_ms, fmt_pct, fmt_rate, fmt_signed_ms
 from lpxtop.model.snapshot import EndpointView
-from lpxtop.ui.formatting import (
-    UNKNOWN,
-    fmt_bytes,
-    fmt_count,
-    fmt_ms,
-    fmt_pct,
-    fmt_rate,
-    fmt_signed_ms,
-    level,
-    spark_text,
-)
+from lpxtop.ui.formatting import level, spark_text
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.widgets.agent_panel import step_cell
 from lpxtop.ui.widgets.row_table import COLUMN_PADDING, RowTable, TableCell, TableColumn

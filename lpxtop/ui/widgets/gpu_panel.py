@@ -12,19 +12,10 @@ from collections.abc import Mapping, Sequence
 from rich.text import Text
 from textual.widgets import Static
 
+from lpxtop.humanize import UNKNOWN, fmt_bytes, fmt_joules, fmt_pct
 from lpxtop.model.gpu import GpuDevice, GpuSnapshot
 from lpxtop.model.snapshot import EndpointView
-from lpxtop.ui.formatting import (
-    UNKNOWN,
-    bar_text,
-    fmt_bytes,
-    fmt_joules,
-    fmt_pct,
-    join_lines,
-    level,
-    ratio,
-    truncate,
-)
+from lpxtop.ui.formatting import bar_text, join_lines, level, ratio, truncate
 from lpxtop.ui.palette import Palette
 
 MAX_PROCESSES = 4  # per device; the rest are summed in one line

@@ -9,8 +9,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from lpxtop.humanize import fmt_duration
 from lpxtop.model.snapshot import Snapshot
-from lpxtop.ui.formatting import fmt_duration
 from lpxtop.ui.palette import Palette
 
 

@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from rich.text import Text
 from textual.widgets import Static
 
+from lpxtop.humanize import UNKNOWN, fmt_bytes, fmt_pct
 from lpxtop.model.host import HostSnapshot
-from lpxtop.ui.formatting import UNKNOWN, bar_text, fmt_bytes, fmt_pct, join_lines, level, ratio
+from lpxtop.ui.formatting import bar_text, join_lines, level, ratio
 from lpxtop.ui.palette import Palette
 
 LABEL = 5  # "swap " and friends

@@ -1,7 +1,7 @@
 """The load test's step panel: where the test is, the running step's live figures, the server right now, and
 one row per step (the running one last, in italics).
 
-Figures are formatted as everywhere in lpxtop (`ui/formatting.py`), from the same `StepResult`s the JSON
+Figures are formatted as everywhere in lpxtop (`lpxtop/humanize.py`), from the same `StepResult`s the JSON
 and CSV are written from, so the screen and the report say the same thing.
 """
 
@@ -16,9 +16,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
+from lpxtop.humanize import fmt_count, fmt_duration, fmt_ms, fmt_ms_unit, fmt_pct, fmt_rate
 from lpxtop.model.load import LoadState, StepResult, format_level
 from lpxtop.model.server import ServerMetrics
-from lpxtop.ui.formatting import fmt_count, fmt_duration, fmt_ms, fmt_ms_unit, fmt_pct, fmt_rate, pack_chunks
+from lpxtop.ui.formatting import pack_chunks
 from lpxtop.ui.palette import Palette
 
 PHASE_TEXT = {
@@ -37,10 +38,13 @@ COLUMNS = (
     ("#", "right", 2), ("load", "left", 10), ("ok", "right", 5), ("fail", "right", 4), ("req/s", "right", 5),
     ("tok/s", "right", 6), ("TTFT p50", "right", 8), ("TTFT p95", "right", 8), ("E2E p95", "right", 7),
     ("TPOT p50", "right", 8), ("ITL p50", "right", 7), ("queue↑", "right", 6), ("KV↑", "right", 4),
-    ("goodput", "right", 7), ("status", "left", 9), ("SLO", "left", 14),
+    ("goodput", "right", 7), ("p50 q/p/out", "right", 14), ("p95 q/p/out", "right", 14), ("status", "left", 9),
+    ("SLO", "left", 14),
 )
-PRIORITY = ("#", "load", "ok", "fail", "SLO", "TTFT p95", "tok/s", "req/s", "TTFT p50", "E2E p95", "TPOT p50",
-            "ITL p50", "queue↑", "KV↑", "goodput", "status")
+PRIORITY = ("#", "load", "ok", "fail", "SLO", "TTFT p95", "tok/s", "req/s", "TTFT p50", "p95 q/p/out", "E2E p95",
+            "TPOT p50", "ITL p50", "queue↑", "KV↑", "p50 q/p/out", "goodput", "status")
+# The TTFT at p50 and p95 split by the requests' own server spans (--traces-listen; model/chain.py TtftSplit)
+SPLIT_COLUMNS = {"p50 q/p/out": 50, "p95 q/p/out": 95}
 COLUMN_WIDTH = {name: width for name, _, width in COLUMNS}
 SLO_MIN = 14  # the verdict's column: at least this wide, wider when there is room
 CAPACITY_MARK, KNEE_MARK = "✓", "◆"
@@ -76,6 +80,14 @@ def slo_cell(step: StepResult, palette: Palette) -> Text:
     return text
 
 
+def split_cell(step: StepResult, quantile: int) -> str:
+    """The step's TTFT at `quantile` as queue/prefill/outside ms, from its requests' own server spans."""
+    split = step.chain.split_at(quantile) if step.chain is not None else None
+    if split is None:
+        return "--"
+    return f"{fmt_ms(split.queue_ms)}/{fmt_ms(split.prefill_ms)}/{fmt_ms(split.outside_ms)}"
+
+
 def step_row(step: StepResult, palette: Palette, *, knee: bool, capacity: bool) -> dict[str, Text | str]:
     server = step.server
     marks = (f" {CAPACITY_MARK}" if capacity else "") + (f" {KNEE_MARK}" if knee else "")
@@ -96,6 +108,7 @@ def step_row(step: StepResult, palette: Palette, *, knee: bool, capacity: bool) 
         "KV↑": fmt_pct(server.peak_kv_cache_usage if server else None, fraction=True),
         "goodput": fmt_rate(step.request_goodput),
         "status": step.status,
+        **{name: split_cell(step, q) for name, q in SPLIT_COLUMNS.items()},
     }
     if step.status == "running":  # the step under way, over its requests so far
         row = {k: (v if isinstance(v, Text) or k == "#" else Text(v, style="italic")) for k, v in row.items()}
@@ -111,12 +124,15 @@ def load_width(state: LoadState) -> int:
     return max([COLUMN_WIDTH["load"], *(len(short_level(state.mode, lv)) + 4 for lv in levels)])
 
 
-def columns_for(width: int, load: int = COLUMN_WIDTH["load"]) -> list[str]:
-    """The columns that fit in `width` cells, by PRIORITY, in display order."""
+def columns_for(width: int, load: int = COLUMN_WIDTH["load"], *, split: bool = False) -> list[str]:
+    """The columns that fit in `width` cells, by PRIORITY, in display order (the TTFT split's only with `split`:
+    a run with a trace receiver)."""
     widths = {**COLUMN_WIDTH, "load": load, "SLO": SLO_MIN}
     chosen: set[str] = set()
     used = 0
     for name in PRIORITY:
+        if name in SPLIT_COLUMNS and not split:
+            continue
         need = widths[name] + 1
         if chosen and used + need > width:
             break
@@ -127,7 +143,8 @@ def columns_for(width: int, load: int = COLUMN_WIDTH["load"]) -> list[str]:
 
 def render_steps(state: LoadState, width: int, palette: Palette) -> Table:
     load = load_width(state)
-    names = columns_for(width, load)
+    split = any(s.chain is not None for s in (*state.steps, *((state.live,) if state.live is not None else ())))
+    names = columns_for(width, load, split=split)
     table = Table(box=None, padding=(0, 1, 0, 0), show_edge=False, expand=False, header_style=palette.muted)
     justify = {name: j for name, j, _ in COLUMNS}
     fixed = sum((load if n == "load" else COLUMN_WIDTH[n]) + 1 for n in names if n != "SLO")

@@ -15,8 +15,8 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from lpxtop.engine.system.shown import display_command, short_command
+from lpxtop.humanize import UNKNOWN
 from lpxtop.model.ports import LeftoverProcess, PortStatus
-from lpxtop.ui.formatting import UNKNOWN
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.widgets.row_table import COLUMN_PADDING, RowTable, TableCell, TableColumn
 

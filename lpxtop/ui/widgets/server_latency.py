@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from lpxtop.humanize import UNKNOWN, fmt_ms, fmt_signed_ms
 from lpxtop.model.server import ServerLatency
 from lpxtop.model.snapshot import EndpointView
-from lpxtop.ui.formatting import UNKNOWN, fmt_ms, fmt_signed_ms
 from lpxtop.ui.palette import Palette
 
 # (ServerMetrics field, label, what it times), in the order a request goes through them
@@ -22,6 +22,7 @@ ROLES = (
     ("server_tpot_ms", "TPOT", "per request, per token"),
 )
 METHOD_TEXT = {
+    "joined_spans": "exact: each probe's TTFT minus the server's TTFT in its own span (--traces-listen)",
     "probe_only": "exact: the probes were the server's only requests between two reads of its histogram",
     "window_means": "estimate: the probes' mean TTFT minus the server's exact mean, its TTFTs all in a narrow range",
 }

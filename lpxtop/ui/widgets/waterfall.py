@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
+from lpxtop.humanize import UNKNOWN, fmt_ago, fmt_ms
 from lpxtop.model.agent import AgentStep
 from lpxtop.model.endpoint import PLATFORM_APIS
-from lpxtop.ui.formatting import UNKNOWN, fmt_ago, fmt_ms, truncate
+from lpxtop.ui.formatting import truncate
 from lpxtop.ui.palette import Palette
 
 LABEL = 16

@@ -9,26 +9,14 @@ energy per output token, and the collector that puts every vendor's devices in o
 - `energy.EnergyMeter`              joules per output token per endpoint, from the energy and token counters
 """
 
-from __future__ import annotations
+from lpxtop.lazy import lazy_exports
 
 __all__ = ["AcceleratorCollector", "AmdGpuCollector", "EnergyMeter", "nvml_throttle"]
 
-
-def __getattr__(name: str):  # the face, without importing every part on `import lpxtop.engine.gpu.accel`
-    if name == "AcceleratorCollector":
-        from lpxtop.engine.gpu.accel.collector import AcceleratorCollector
-
-        return AcceleratorCollector
-    if name == "AmdGpuCollector":
-        from lpxtop.engine.gpu.accel.amd import AmdGpuCollector
-
-        return AmdGpuCollector
-    if name == "EnergyMeter":
-        from lpxtop.engine.gpu.accel.energy import EnergyMeter
-
-        return EnergyMeter
-    if name == "nvml_throttle":
-        from lpxtop.engine.gpu.accel.throttle import nvml_throttle
-
-        return nvml_throttle
-    raise AttributeError(name)
+# the face, without importing every part on `import lpxtop.engine.gpu.accel` (lpxtop/lazy.py)
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "lpxtop.engine.gpu.accel.collector": ("AcceleratorCollector",),
+    "lpxtop.engine.gpu.accel.amd": ("AmdGpuCollector",),
+    "lpxtop.engine.gpu.accel.energy": ("EnergyMeter",),
+    "lpxtop.engine.gpu.accel.throttle": ("nvml_throttle",),
+})

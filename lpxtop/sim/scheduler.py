@@ -25,7 +25,7 @@ from lpxtop.sim.prefix_cache import PrefixCache
 #   ("admitted", t_s)                  first scheduled (prefill starts)
 #   ("tokens", n, t_s, finish_reason)  n new tokens; finish_reason is None until the last ones
 #   ("finished", reason, t_s)          ended without a token (abort/error)
-EngineEvent = tuple
+RequestEvent = tuple
 
 _BACKGROUND_TICK_S = 0.25
 _MAX_WAVES = 10_000
@@ -73,13 +73,13 @@ class SimRequest:
     last_token_s: float | None = None
     num_preemptions: int = 0
 
-    def emit(self, event: EngineEvent) -> None:
+    def emit(self, event: RequestEvent) -> None:
         """Pass an event to the handler, if there is one."""
         if self.events is not None:
             self.events.put_nowait(event)
 
 
-class Engine:
+class BatchScheduler:
     """Continuous-batching scheduler with a KV budget, preemption, prefix caching and background load."""
 
     def __init__(self, config: SimConfig, metrics: SimMetrics) -> None:

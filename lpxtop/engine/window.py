@@ -1,4 +1,6 @@
-"""Bounded rolling windows of probe samples, and the per-endpoint summary built from them."""
+"""An endpoint's window: the last probes (bounded) and the summary built from them (`EndpointWindow`), and the
+outcome count every probe window keeps for its loop's whole life (`Tally`, the agent step's window too:
+engine/agent/window.py)."""
 
 from __future__ import annotations
 
@@ -7,15 +9,69 @@ from array import array
 from bisect import bisect_left, insort
 from collections import Counter, deque
 from collections.abc import Sequence
+from typing import Protocol
 
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.probe import Percentiles, Sample
 from lpxtop.model.server import ServerMetrics
 from lpxtop.model.snapshot import EndpointView, GaugeSummary, ServerPoint, ServerSummary
+from lpxtop.numbers import finite_or_none
 
 DEFAULT_WINDOW_S = 300.0
 DEFAULT_MAX_SAMPLES = 300
 SERVER_HISTORY = 300
+
+
+class Outcome(Protocol):
+    """What a tally counts of a finished probe (a `Sample`, an `AgentStep`)."""
+
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def client_limited(self) -> bool: ...
+    @property
+    def error_kind(self) -> str | None: ...
+    @property
+    def error_text(self) -> str | None: ...
+    @property
+    def wall_time(self) -> float: ...
+
+
+class Tally:
+    """How many probes a loop sent, how many succeeded and failed (by error kind), how many lpxtop was late
+    for (`client_limited`), and the last error with its time: counts over the loop's whole life, not only the
+    window's, until a reset."""
+
+    __slots__ = ("sent", "ok", "failed", "client_limited", "errors", "last_error", "last_error_time")
+
+    def __init__(self, sent: int = 0, ok: int = 0, failed: int = 0, client_limited: int = 0,
+                 errors: dict[str, int] | None = None, last_error: str | None = None,
+                 last_error_time: float | None = None) -> None:
+        self.sent = sent
+        self.ok = ok
+        self.failed = failed
+        self.client_limited = client_limited
+        self.errors: Counter[str] = Counter(errors or {})
+        self.last_error = last_error
+        self.last_error_time = last_error_time
+
+    def add(self, outcome: Outcome) -> None:
+        self.sent += 1
+        if outcome.client_limited:
+            self.client_limited += 1
+        if outcome.ok:
+            self.ok += 1
+        else:
+            self.failed += 1
+            self.errors[outcome.error_kind or "other"] += 1
+            self.last_error = outcome.error_text
+            self.last_error_time = outcome.wall_time
+
+    def reset(self) -> None:
+        self.sent = self.ok = self.failed = self.client_limited = 0
+        self.errors.clear()
+        self.last_error = None
+        self.last_error_time = None
 
 
 class EndpointWindow:
@@ -33,16 +89,10 @@ class EndpointWindow:
     ) -> None:
         self.window_s = window_s
         self.include_client_limited = include_client_limited
-        self.client_limited = 0
+        self.tally = Tally()
         self.last_sample_end: float | None = None  # wall clock when the last probe finished
         self.samples: deque[Sample] = deque(maxlen=max_samples)
         self.server_history: deque[ServerPoint] = deque(maxlen=SERVER_HISTORY)
-        self.sent = 0
-        self.ok = 0
-        self.failed = 0
-        self.errors: Counter[str] = Counter()
-        self.last_error: str | None = None
-        self.last_error_time: float | None = None
         # Each measure's values over the window, kept sorted as samples come and go: a few bisections
         # per probe instead of re-sorting ~4,600 ITL gaps for each summary. Arrays of doubles rather
         # than lists of floats: 8 bytes a value instead of 32.
@@ -61,25 +111,16 @@ class EndpointWindow:
             self._count(self.samples[0], insert=False)  # the deque drops it on append
         self.samples.append(sample)
         self._count(sample, insert=True)
-        self.sent += 1
+        self.tally.add(sample)
         # from the sample, not the clock: a replay adds the same samples later and must get the same figures
         self.last_sample_end = sample.end_wall_time if sample.end_wall_time is not None else sample.wall_time
-        if sample.client_limited:
-            self.client_limited += 1
-        if sample.ok:
-            self.ok += 1
-        else:
-            self.failed += 1
-            self.errors[sample.error_kind or "other"] += 1
-            self.last_error = sample.error_text
-            self.last_error_time = sample.wall_time
         self._prune(sample.wall_time)
 
     def add_server_point(self, metrics: ServerMetrics, wall_time: float) -> None:
         # a gauge may legally be +Inf or NaN in /metrics: charts and sparklines get finite numbers or None
         self.server_history.append(
-            ServerPoint(wall_time, finite(metrics.requests_waiting), finite(metrics.requests_running),
-                        finite(metrics.kv_cache_usage))
+            ServerPoint(wall_time, finite_or_none(metrics.requests_waiting), finite_or_none(metrics.requests_running),
+                        finite_or_none(metrics.kv_cache_usage))
         )
 
     def reset(self) -> None:
@@ -91,11 +132,8 @@ class EndpointWindow:
         self._counted = {False: 0, True: 0}
         self._approx = 0
         self.server_history.clear()
-        self.sent = self.ok = self.failed = self.client_limited = 0
+        self.tally.reset()
         self.last_sample_end = None
-        self.errors.clear()
-        self.last_error = None
-        self.last_error_time = None
 
     def _prune(self, now: float) -> None:
         horizon = now - self.window_s
@@ -141,11 +179,12 @@ class EndpointWindow:
         """Summarize the window into an immutable view."""
         self._prune(now)
         summary = self._summary
+        tally = self.tally
         if summary is None:
             only_limited = not self._counted[False] and self._counted[True] > 0
             summary = self._summary = _Summary(tuple(self.samples), self._limited if only_limited else self._sorted,
                                                self._approx > 0)
-            summary.with_client_limited = only_limited or (self.include_client_limited and self.client_limited > 0)
+            summary.with_client_limited = only_limited or (self.include_client_limited and tally.client_limited > 0)
         server_summary = None
         if self.samples and self.last_sample_end is not None:
             server_summary = summarize_server(self.server_history, self.samples[0].wall_time, self.last_sample_end)
@@ -154,12 +193,12 @@ class EndpointWindow:
             status=summary.status,
             model=model,
             server_kind=server_kind,
-            probes_sent=self.sent,
-            probes_ok=self.ok,
-            probes_failed=self.failed,
-            probes_client_limited=self.client_limited,
+            probes_sent=tally.sent,
+            probes_ok=tally.ok,
+            probes_failed=tally.failed,
+            probes_client_limited=tally.client_limited,
             percentiles_with_client_limited=summary.with_client_limited,
-            errors=dict(self.errors),
+            errors=dict(tally.errors),
             ttft_ms=summary.ttft_ms,
             itl_ms=summary.itl_ms,
             tpot_ms=summary.tpot_ms,
@@ -167,8 +206,8 @@ class EndpointWindow:
             output_tokens_per_s=summary.output_tokens_per_s,
             output_tokens=summary.output_tokens,
             output_tokens_approx=summary.output_tokens_approx,
-            last_error=self.last_error,
-            last_error_time=self.last_error_time,
+            last_error=tally.last_error,
+            last_error_time=tally.last_error_time,
             samples=summary.samples,
             server=server,
             server_history=tuple(self.server_history),
@@ -184,20 +223,9 @@ def server_kind(config: EndpointConfig, server: ServerMetrics | None) -> str:
     return config.server_kind or "unknown"
 
 
-def finite(value: object) -> float | None:
-    """`value` as a finite float, or None (None, NaN, ±Inf, a number too large for a float, not a number)."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def _measure(sample: Sample, name: str) -> float | None:
     try:
-        return finite(getattr(sample, name))
+        return finite_or_none(getattr(sample, name))
     except (ArithmeticError, TypeError, ValueError):  # e.g. TPOT from a token count too large for a float
         return None
 

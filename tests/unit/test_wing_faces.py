@@ -1,0 +1,44 @@
+"""Each wing of lpxtop/engine says what it holds and exports its public names; the lazy faces import nothing
+until a name is used, so importing one module of a wing costs no more than that module."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+WINGS = ["lpxtop.engine", "lpxtop.engine.probe", "lpxtop.engine.agent", "lpxtop.engine.scrape",
+         "lpxtop.engine.system", "lpxtop.engine.gpu", "lpxtop.engine.gpu.accel", "lpxtop.engine.traces"]
+LAZY = ["lpxtop.engine", "lpxtop.engine.agent", "lpxtop.engine.scrape", "lpxtop.engine.system", "lpxtop.engine.gpu",
+        "lpxtop.engine.gpu.accel"]
+
+
+@pytest.mark.parametrize("wing", WINGS)
+def test_every_exported_name_resolves_and_the_docstring_says_what_the_wing_holds(wing):
+    package = importlib.import_module(wing)
+    assert package.__doc__ and len(package.__doc__.split()) > 20
+    assert package.__all__ and len(set(package.__all__)) == len(package.__all__)
+    for name in package.__all__:
+        assert getattr(package, name) is not None, name
+    assert set(package.__all__) <= set(dir(package))
+
+
+@pytest.mark.parametrize("wing", LAZY)
+def test_importing_a_lazy_face_imports_none_of_its_modules(wing):
+    code = (f"import sys, importlib; importlib.import_module({wing!r}); "
+            f"print(','.join(sorted(m for m in sys.modules if m.startswith({wing + '.'!r}))))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-500:]
+    assert result.stdout.strip() == ""
+
+
+def test_a_name_outside_the_face_is_an_attribute_error_and_submodules_still_import():
+    import lpxtop.engine.system as system
+
+    with pytest.raises(AttributeError):
+        system.no_such_name  # noqa: B018
+    from lpxtop.engine.system import actions  # a submodule, not in the face
+
+    assert actions.__name__ == "lpxtop.engine.system.actions"
