@@ -51,6 +51,16 @@ async def wait_until(pilot, predicate, timeout_s: float) -> bool:
     return False
 
 
+async def select(pilot, app, name: str) -> None:
+    """Put the endpoints table's cursor on endpoint `name`, by its row (the demo's endpoints change; key
+    presses counted from the top would land on another)."""
+    from lpxtop.ui.widgets.endpoints_table import EndpointsTable
+
+    keys = app.screen.query_one(EndpointsTable).row_keys
+    await pilot.press("home", *["down"] * keys.index(name))
+    await pilot.pause(0.5)
+
+
 async def shoot(out: Path) -> None:
     with start_demo(interval_s=0.5, gpu_surge_gib_s=4.0) as demo:
         engine = demo.engine
@@ -62,7 +72,10 @@ async def shoot(out: Path) -> None:
                 agent = e.agent is None or e.agent.steps_ok >= 10
                 return chat and agent and e.server is not None and len(e.server_history) >= 8
 
-            await wait_until(pilot, lambda: len(endpoints()) == 3 and all(ready(e) for e in endpoints()), 90)
+            ok = await wait_until(pilot, lambda: bool(endpoints()) and all(ready(e) for e in endpoints()), 120)
+            print("measured:", "every endpoint" if ok else "not every endpoint within 120 s")
+            # vllm-sim-b runs chat probes and agent steps: the strip under the table has its sparklines
+            await select(pilot, app, "vllm-sim-b")
             await pilot.pause(1.0)
             app.save_screenshot(str(out / "main.svg"))
             await pilot.resize_terminal(*SMALL)
@@ -70,16 +83,20 @@ async def shoot(out: Path) -> None:
             app.save_screenshot(str(out / "main-80x24.svg"))
             await pilot.resize_terminal(*SIZE)
             await pilot.pause(1.0)
-            # sorted by name: dify-app-sim, vllm-sim-a, vllm-sim-b
-            await pilot.press("down", "enter")
+            await select(pilot, app, "vllm-sim-a")  # a chat endpoint: its charts
+            await pilot.press("enter")
             await pilot.pause(1.5)
-            app.save_screenshot(str(out / "detail.svg"))
             from textual.widgets import TabbedContent
 
+            app.screen.query_one("#detail-tabs", TabbedContent).active = "tab-charts"
+            await pilot.pause(1.5)
+            app.save_screenshot(str(out / "detail.svg"))
             app.screen.query_one("#detail-tabs", TabbedContent).active = "tab-server"
             await pilot.pause(1.0)
             app.save_screenshot(str(out / "server.svg"))
-            await pilot.press("escape", "down", "enter")  # vllm-sim-b
+            await pilot.press("escape")
+            await select(pilot, app, "vllm-sim-b")  # chat probes and agent steps against a vLLM-like server
+            await pilot.press("enter")
             await pilot.pause(1.0)
             app.screen.query_one("#detail-tabs", TabbedContent).active = "tab-agent"
             await pilot.pause(1.5)
@@ -109,7 +126,9 @@ async def shoot_without_gpu(demo, out: Path) -> None:
         return
     app = create_app(WithoutGpu(demo.engine, gpu), theme="lpxtop-dark", demo=demo.surge)
     async with app.run_test(size=SMALL) as pilot:
-        await pilot.pause(2.5)
+        await pilot.pause(1.0)
+        await select(pilot, app, "vllm-sim-b")
+        await pilot.pause(1.5)
         app.save_screenshot(str(out / "nogpu-80x24.svg"))
 
 

@@ -31,7 +31,7 @@ Families (base units, `_total` counters; labels host, endpoint, model, server_ki
   lpxtop_agent_step_seconds, lpxtop_agent_time_to_tool_call_seconds   histograms (--probe agent)
   lpxtop_chain_{queue,prefill,outside}_seconds   histograms from the probes' own server spans (--traces-listen)
   lpxtop_agent_steps_total, lpxtop_agent_errors_total{kind}
-  lpxtop_gpu_memory_{used,total}_bytes, lpxtop_gpu_process_memory_used_bytes{pid,process,endpoint}
+  lpxtop_gpu_memory_{used,total}_bytes, lpxtop_gpu_process_memory_used_bytes{pid,process,endpoint,endpoints}
   lpxtop_port_state{port,state}, lpxtop_leftover_processes, lpxtop_alert{kind,severity}
 
 /probe makes this host send requests to any URL a scraper names: the exporter listens on 127.0.0.1

@@ -19,7 +19,7 @@ from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.events import EngineEvent, GpuEvent, SystemEvent
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.host import HostSnapshot
-from lpxtop.model.ports import LeftoverProcess, PortStatus
+from lpxtop.model.ports import LeftoverProcess, PortStatus, endpoints_by_pid, endpoints_by_process
 
 if TYPE_CHECKING:
     from lpxtop.engine.endpoints import EndpointState
@@ -97,9 +97,10 @@ class CollectorLoops:
         try:
             cheap = getattr(self._gpu, "cheap", None)
             if cheap is not None and cheap():  # no driver: the answer is remembered, so skip the thread hop
-                self._gpu_snapshot = self._gpu.collect(self._endpoint_pids())
+                gpu = self._gpu.collect(self._endpoint_pids())
             else:
-                self._gpu_snapshot = await asyncio.to_thread(self._gpu.collect, self._endpoint_pids())
+                gpu = await asyncio.to_thread(self._gpu.collect, self._endpoint_pids())
+            self._gpu_snapshot = gpu.with_endpoints(endpoints_by_process(self._port_statuses))
         except Exception as exc:  # noqa: BLE001
             self._gpu_snapshot = GpuSnapshot(status=f"unavailable: {type(exc).__name__}: {exc}")
         self._energy.add_gpu(self._gpu_snapshot)
@@ -129,7 +130,8 @@ class CollectorLoops:
         if self._host is not None:
             try:
                 kids = getattr(self._ports, "last_kids", None)  # the port check's process scan, just made
-                self._host_snapshot = await asyncio.to_thread(self._host.collect, self._endpoint_pids(), kids)
+                host = await asyncio.to_thread(self._host.collect, self._endpoint_pids(), kids)
+                self._host_snapshot = host.with_endpoints(endpoints_by_process(self._port_statuses))
             except Exception:  # noqa: BLE001
                 log.exception("host collection failed")
         self._dirty = True
@@ -137,7 +139,9 @@ class CollectorLoops:
             self._emit(SystemEvent(time.time(), self._host_snapshot, self._port_statuses, self._leftovers))
 
     def _endpoint_pids(self) -> dict[int, str]:
-        return {p.pid: p.endpoint for p in self._port_statuses if p.pid is not None and p.endpoint}
+        """Each listening server's PID -> the first endpoint it serves, in port order (the snapshot's
+        `endpoints` name all of them)."""
+        return {pid: names[0] for pid, names in endpoints_by_pid(self._port_statuses).items()}
 
     async def _discovery_loop(self, client: HttpClient) -> None:
         while True:

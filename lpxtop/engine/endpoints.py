@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
-from lpxtop.engine.agent.prober import AgentProber, wants_agent, with_agent
+from lpxtop.engine.agent import wants_agent
 from lpxtop.engine.collectors import every
 from lpxtop.engine.gpu.accel.energy import EnergyMeter
 from lpxtop.engine.model_resolution import name_served_models, resolve_model
@@ -35,6 +35,7 @@ from lpxtop.model.snapshot import EndpointView
 from lpxtop.textsafe import scrub
 
 if TYPE_CHECKING:
+    from lpxtop.engine.agent.prober import AgentProber
     from lpxtop.engine.runner import EngineSettings
 
 log = logging.getLogger("lpxtop.engine")
@@ -106,9 +107,12 @@ class EndpointState:
         self.wake = Waker()
         self.tasks: list[asyncio.Task] = []
         # The agent-step probe: a second probe loop with its own window and its own nap (engine/agent).
-        self.agent = (AgentProber(config, settings.window_s, settings.max_samples,
-                                  include_client_limited=settings.include_client_limited)
-                      if wants_agent(config) else None)
+        self.agent: AgentProber | None = None
+        if wants_agent(config):  # the agent probe's modules load only for an endpoint that runs it
+            from lpxtop.engine.agent.prober import AgentProber
+
+            self.agent = AgentProber(config, settings.window_s, settings.max_samples,
+                                     include_client_limited=settings.include_client_limited)
         self.agent_wake = Waker()
 
     def wake_all(self) -> None:
@@ -126,6 +130,8 @@ class EndpointState:
         view = self.window.view(self.config, now=now, model=self.model, server=self.server,
                                 server_kind=self.server_kind, in_flight=self.in_flight)
         if self.agent is not None:
+            from lpxtop.engine.agent.prober import with_agent
+
             view = with_agent(view, self.config, self.agent.view(now))
         self._view = (self.version, now, view)
         return view
@@ -133,6 +139,13 @@ class EndpointState:
     @property
     def server_kind(self) -> str:
         return server_kind(self.config, self.server)
+
+
+def pending_view(config: EndpointConfig, settings: EngineSettings, now: float) -> EndpointView:
+    """The view of an endpoint the engine has not started on yet (status `pending`, every figure unknown):
+    the dashboard's first frame shows the endpoints it was given, before the engine's loop runs."""
+    window = EndpointWindow(settings.window_s, settings.max_samples, include_client_limited=settings.include_client_limited)
+    return window.view(config, now=now, model=config.model, server=None, server_kind=server_kind(config, None))
 
 
 def failed_sample(config: EndpointConfig, error: str) -> Sample:

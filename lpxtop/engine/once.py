@@ -13,7 +13,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from lpxtop.engine.agent.prober import wants_chat
+from lpxtop.engine.agent import wants_chat
 from lpxtop.engine.collectors import prepare
 from lpxtop.engine.endpoints import EndpointState, failed_sample
 from lpxtop.engine.probe.clientlimit import LatenessWatch

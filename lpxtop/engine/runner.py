@@ -23,9 +23,16 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from lpxtop import __version__
-from lpxtop.engine.agent.prober import wants_chat
+from lpxtop.engine.agent import wants_chat
 from lpxtop.engine.collectors import CollectorLoops, GpuSource, HostSource, PortSource
-from lpxtop.engine.endpoints import MAX_INTERVAL_S, MIN_INTERVAL_S, EndpointLoops, EndpointState, Scraper
+from lpxtop.engine.endpoints import (
+    MAX_INTERVAL_S,
+    MIN_INTERVAL_S,
+    EndpointLoops,
+    EndpointState,
+    Scraper,
+    pending_view,
+)
 from lpxtop.engine.gpu.accel.energy import EnergyMeter
 from lpxtop.engine.once import OnceCollection
 from lpxtop.engine.probe.clientlimit import LatenessWatch
@@ -354,6 +361,8 @@ class Engine(EndpointLoops, CollectorLoops, OnceCollection):
         views: list[EndpointView] = []
         for state in self._states.values():
             views.append(state.view(now))
+        if not self._states:  # not started yet: the endpoints it was given, pending (the first frame's rows)
+            views.extend(pending_view(config, self.settings, now) for config in self._configs)
         self._seq += 1
         snapshot = Snapshot(
             wall_time=now,

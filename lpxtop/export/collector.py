@@ -222,8 +222,9 @@ class LpxtopCollector:
         procs = GaugeMetricFamily(
             "lpxtop_gpu_process_memory_used_bytes",
             "GPU memory held by one process, with the endpoint it serves (`endpoint` is empty when it serves none "
-            f"lpxtop knows; at most {MAX_GPU_PROCESSES} processes, the largest).",
-            labels=["host", "gpu", "pid", "process", "endpoint"],
+            "lpxtop knows; `endpoints`: every endpoint it serves, comma-separated in port order, `endpoint` first; "
+            f"at most {MAX_GPU_PROCESSES} processes, the largest).",
+            labels=["host", "gpu", "pid", "process", "endpoint", "endpoints"],
         )
         for dev in gpu.all_devices():
             values = [host, dev.key, label_value(dev.uuid), label_value(dev.name)]
@@ -236,8 +237,8 @@ class LpxtopCollector:
         held = sorted(((dev, p) for dev, p in gpu.all_processes() if p.used_bytes is not None),
                       key=lambda dp: -(dp[1].used_bytes or 0))
         for dev, proc in held[:MAX_GPU_PROCESSES]:
-            procs.add_metric([host, dev.key, str(proc.pid), label_value(proc.name), label_value(proc.endpoint)],
-                             proc.used_bytes or 0)
+            procs.add_metric([host, dev.key, str(proc.pid), label_value(proc.name), label_value(proc.endpoint),
+                              label_value(",".join(proc.served()))], proc.used_bytes or 0)
         yield from (used, total, util, procs)
         yield from self._accelerator_families(gpu)
 

@@ -337,10 +337,11 @@ def gpus(reading: Reading) -> GpuSnapshot:
             pid = int(s.labels.get("pid", "0"))
         except ValueError:
             pid = 0
+        served = tuple(f"{key[0]}/{e}" for e in (s.labels.get("endpoints") or "").split(",") if e)
         procs.setdefault(key, []).append(GpuProcess(
             pid=pid, name=s.labels.get("process") or None,
             used_bytes=_whole(s.value),
-            endpoint=f"{key[0]}/{endpoint}" if endpoint else None))
+            endpoint=f"{key[0]}/{endpoint}" if endpoint else None, endpoints=served))
     known_uuids = {item["uuid"] for item in devices.values() if item.get("uuid")}
     for host_label, index_label, name_label, uuid_label, used_key, total_key, util_key, free_key in (
         ("Hostname", "gpu", "modelName", "UUID", "dcgm_used_mib", None, "dcgm_util_pct", "dcgm_free_mib"),

@@ -138,7 +138,8 @@ class FleetQueries:
         return f"max by (host, gpu, uuid, name) ({self._m(metric)})"
 
     def gpu_processes(self) -> str:
-        return f"max by (host, gpu, pid, process, endpoint) ({self._m('lpxtop_gpu_process_memory_used_bytes')})"
+        return (f"max by (host, gpu, pid, process, endpoint, endpoints) "
+                f"({self._m('lpxtop_gpu_process_memory_used_bytes')})")
 
     def ports(self) -> str:
         return f"max by (host, endpoint, port, state) ({self._m('lpxtop_port_state')}) == 1"

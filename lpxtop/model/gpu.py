@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 
 # Clock-throttle reasons, worst first: the key JSON and the exporter use, and the short word the GPU
 # panel shows beside the device. The NVML bits they come from are in lpxtop/engine/gpu/accel/throttle.py.
@@ -32,7 +32,8 @@ class GpuProcess:
 
     `name`, `user` and `cmdline` are None when the process cannot be read (gone, another user's and
     access denied, or in another PID namespace); `used_bytes` is None when NVML does not report it.
-    `endpoint` names the endpoint whose server is this process or one of its ancestors.
+    `endpoint` names the endpoint whose server is this process or one of its ancestors; `endpoints`,
+    every endpoint that server serves (`endpoint` among them, in port order).
     """
 
     pid: int
@@ -42,6 +43,11 @@ class GpuProcess:
     cmdline: str | None = None
     endpoint: str | None = None
     kind: str = "compute"  # compute | graphics | compute+graphics
+    endpoints: tuple[str, ...] = ()
+
+    def served(self) -> tuple[str, ...]:
+        """Every endpoint its server serves: `endpoints`, else `endpoint` alone."""
+        return self.endpoints or ((self.endpoint,) if self.endpoint else ())
 
     def to_json(self) -> dict:
         return {
@@ -51,6 +57,7 @@ class GpuProcess:
             "user": self.user,
             "cmdline": self.cmdline,
             "endpoint": self.endpoint,
+            "endpoints": list(self.served()),
             "kind": self.kind,
         }
 
@@ -169,6 +176,20 @@ class GpuSnapshot:
         for dev in self.all_devices():
             for proc in dev.processes:
                 yield dev, proc
+
+    def with_endpoints(self, served: Mapping[str, tuple[str, ...]]) -> GpuSnapshot:
+        """This snapshot with each process's `endpoints` filled in from `served` (an endpoint's name ->
+        every endpoint its server serves: model/ports.py `endpoints_by_process`); itself when none changes."""
+
+        def device(dev: GpuDevice) -> GpuDevice:
+            procs = tuple(replace(p, endpoints=served[p.endpoint])
+                          if p.endpoint in served and p.endpoints != served[p.endpoint] else p for p in dev.processes)
+            migs = tuple(device(m) for m in dev.mig_devices)
+            same = all(a is b for a, b in zip(procs, dev.processes)) and all(a is b for a, b in zip(migs, dev.mig_devices))
+            return dev if same else replace(dev, processes=procs, mig_devices=migs)
+
+        devices = tuple(device(d) for d in self.devices)
+        return self if all(a is b for a, b in zip(devices, self.devices)) else replace(self, devices=devices)
 
     def to_json(self) -> dict:
         return {

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -12,7 +13,7 @@ class HostProcess:
 
     `status` is "ok", "gone" (the PID no longer exists) or "denied" (another user's process).
     `cpu_pct` is None on the first reading (psutil needs two to measure) and can exceed 100 on
-    several cores.
+    several cores. `endpoints`: every endpoint the process serves (`endpoint` among them, in port order).
     """
 
     endpoint: str
@@ -22,10 +23,16 @@ class HostProcess:
     rss_bytes: int | None = None
     cpu_pct: float | None = None
     children: int = 0
+    endpoints: tuple[str, ...] = ()
+
+    def served(self) -> tuple[str, ...]:
+        """Every endpoint the process serves: `endpoints`, else `endpoint` alone."""
+        return self.endpoints or (self.endpoint,)
 
     def to_json(self) -> dict:
         return {
             "endpoint": self.endpoint,
+            "endpoints": list(self.served()),
             "pid": self.pid,
             "status": self.status,
             "name": self.name,
@@ -56,6 +63,13 @@ class HostSnapshot:
         if self.mem_available_bytes is None or not self.mem_total_bytes:
             return None
         return 100.0 * self.mem_available_bytes / self.mem_total_bytes
+
+    def with_endpoints(self, served: Mapping[str, tuple[str, ...]]) -> HostSnapshot:
+        """This reading with each server process's `endpoints` filled in from `served` (model/ports.py
+        `endpoints_by_process`); itself when none changes."""
+        procs = tuple(replace(p, endpoints=served[p.endpoint])
+                      if p.endpoint in served and p.endpoints != served[p.endpoint] else p for p in self.processes)
+        return self if all(a is b for a, b in zip(procs, self.processes)) else replace(self, processes=procs)
 
     def to_json(self) -> dict:
         return {

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 PORT_STATES = ("ok", "down", "conflict", "restarted", "multiple", "model_mismatch", "unknown_owner")
 
@@ -14,6 +15,8 @@ class PortStatus:
     `detail` says what is wrong and what to do next. Process facts (`pid` … `cpu_pct`) describe the
     main listener and are None when it is hidden from us or nothing listens. `pids` lists every
     listening process (several for `multiple`); `previous_pid` is the listener seen before a restart.
+    `endpoints`: every endpoint the listener serves, this one among them, in port order (one process may
+    serve several: several ports, or several models behind one port).
     """
 
     port: int
@@ -33,6 +36,12 @@ class PortStatus:
     previous_pid: int | None = None
     served_models: tuple[str, ...] = ()
     expected_model: str | None = None
+    endpoints: tuple[str, ...] = ()
+
+    def served(self) -> tuple[str, ...]:
+        """Every endpoint the listener serves: `endpoints`, else this one alone (nothing listens, or a
+        recording made before `endpoints` existed)."""
+        return self.endpoints or ((self.endpoint,) if self.endpoint else ())
 
     def to_json(self) -> dict:
         return {
@@ -43,6 +52,7 @@ class PortStatus:
             "status": self.status,
             "detail": self.detail,
             "endpoint": self.endpoint,
+            "endpoints": list(self.served()),
             "host": self.host,
             "user": self.user,
             "started_at": self.started_at,
@@ -54,6 +64,28 @@ class PortStatus:
             "served_models": list(self.served_models),
             "expected_model": self.expected_model,
         }
+
+
+def endpoints_by_pid(ports: Iterable[PortStatus]) -> dict[int, tuple[str, ...]]:
+    """Each listening process -> every endpoint it serves, in port order."""
+    by_pid: dict[int, list[str]] = {}
+    for p in ports:
+        if p.pid is not None and p.endpoint and p.endpoint not in by_pid.setdefault(p.pid, []):
+            by_pid[p.pid].append(p.endpoint)
+    return {pid: tuple(names) for pid, names in by_pid.items()}
+
+
+def endpoints_by_process(ports: Iterable[PortStatus]) -> dict[str, tuple[str, ...]]:
+    """Each endpoint's name -> every endpoint served by the same process (itself included), in port order."""
+    return {name: names for names in endpoints_by_pid(ports).values() for name in names}
+
+
+def with_endpoints(ports: Iterable[PortStatus]) -> tuple[PortStatus, ...]:
+    """`ports` with each one's `endpoints` filled in: every endpoint its listener serves."""
+    ports = tuple(ports)
+    served = endpoints_by_process(ports)
+    return tuple(replace(p, endpoints=served[p.endpoint]) if p.pid is not None and p.endpoint in served else p
+                 for p in ports)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lpxtop.engine.agent.prober import agent_view, wants_agent, with_agent
+from lpxtop.engine.agent import wants_agent
+from lpxtop.engine.agent.prober import agent_view, with_agent
 from lpxtop.engine.agent.window import AgentWindow
 from lpxtop.engine.gpu.accel.energy import REPLAY_LOOKBACK_S, EnergyMeter
 from lpxtop.engine.source import Capabilities

@@ -248,3 +248,14 @@ def test_once_reads_the_servers_histograms_after_its_last_probe(monkeypatch):
     assert view.probes_ok == probes and ttft is not None
     # every probe's first token, bar one whose first token the first scrape may not have preceded
     assert probes - 1 <= ttft.count <= probes, ttft
+
+
+def test_an_engine_not_yet_started_shows_its_endpoints_pending():
+    """The dashboard's first frame comes before the engine starts: it lists the endpoints it was given
+    (pending, every figure unknown), never "No endpoints to watch yet"."""
+    engine = Engine([endpoint(f"http://127.0.0.1:{free_port()}/v1", name="a"),
+                     endpoint(f"http://127.0.0.1:{free_port()}/v1", name="b")])
+    snap = engine.snapshot()
+    assert [(v.name, v.status, v.probes_sent, v.ttft_ms) for v in snap.endpoints] == [
+        ("a", "pending", 0, None), ("b", "pending", 0, None)]
+    assert engine.warming_up()

@@ -148,6 +148,35 @@ async def test_alerts_wrap_whole_and_count_what_does_not_fit():
         assert not any(line.rstrip().endswith("…") for line in lines), lines
 
 
+def _error_block(lines: list[str]) -> str:
+    """The endpoints panel's last-error lines, from `last error:` to the panel's bottom border, joined."""
+    start = next(i for i, line in enumerate(lines) if "│ last error: " in line)
+    block = []
+    for line in lines[start:]:
+        if line.lstrip().startswith("╰"):
+            break
+        block.append(line.strip().strip("│").strip())
+    return " ".join(block)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+async def test_the_last_error_wraps_whole_never_cut(size):
+    """What to do is the end of the message: at 80 columns it takes a second line, never an ellipsis."""
+    advice = ("http_401: the server wants an API key: pass --api-key-env NAME, the environment variable that "
+              "holds it (or api_key_env in the config file) (the server said: Unauthorized)")
+    snap = fixed_snapshot()
+    endpoints = tuple(replace(e, last_error=advice) if e.name == "llamacpp-local" else e for e in snap.endpoints)
+    _, app = make_app(replace(snap, endpoints=endpoints))  # llamacpp-local, first by name: the selected row
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        lines = screen_lines(app)
+        block = _error_block(lines)
+        assert block.startswith(f"last error: {advice} (") and block.endswith(" ago)"), block
+        assert not any(line.rstrip().rstrip("│").rstrip().endswith("…") for line in lines if "error" in line)
+        # the table's rows are still there above it
+        assert any("vllm-llama" in line for line in lines)
+
+
 @pytest.mark.parametrize("size", SIZES, ids=size_ids)
 async def test_detail_summary_keeps_its_figures_whole(size):
     _, app = make_app()
@@ -200,7 +229,7 @@ async def test_gpu_and_host_panels_name_every_endpoint_of_a_process():
         gpu = text_of(app.screen.query_one("#gpu-panel", Static))
         assert "→ vllm-llama, vllm-llama-2" in gpu
         host = text_of(app.screen.query_one("#host-panel", Static))
-        assert "vllm-llama, vllm-llama-2 4121" in host
+        assert "4121 104% 3.2G +2 children  vllm-llama, vllm-llama-2" in host  # the figures first, then the names
         table = app.screen.query_one(PortsPanel).table
         assert table.get_row_at(0)[0] == "8000+1"
 
@@ -428,3 +457,48 @@ async def test_the_compare_screen_has_its_own_help():
         await pilot.press("question_mark")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen) and app.screen.page.title == "compare keys"
+
+
+async def test_a_short_ports_panel_keeps_a_row_and_no_scrollbar_over_it():
+    """At 80x24 with five endpoints and an alert the ports panel has three lines inside: the header and the
+    row come first (the explanation takes what is left), and no horizontal scrollbar hides the row."""
+    snap = fixed_snapshot()
+    extra = tuple(replace(e, config=replace(e.config, name=f"{e.name}-2")) for e in snap.endpoints[:2])
+    _, app = make_app(replace(snap, endpoints=(*snap.endpoints, *extra), alerts=snap.alerts[:1]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        table = app.screen.query_one("#ports-table")
+        lines = screen_lines(app)
+        top = next(i for i, line in enumerate(lines) if "Ports & processes" in line)
+        assert "Port" in lines[top + 1] and "8000" in lines[top + 2], lines[top:]
+        assert not table.show_horizontal_scrollbar
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+async def test_the_strip_line_leaves_out_details_rather_than_cutting(size):
+    """At 80 columns the gap's range (`(+28…+42)`) gives way before the line is cut: it read `(+28……`."""
+    _, app = make_app()
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("down", "down")  # vllm-llama: an estimated gap with its range
+        await pilot.pause()
+        line = next(line for line in screen_lines(app) if "vllm-llama  outside engine ~+35 ms" in line)
+        assert "…│" not in line.replace(" ", "") and "……" not in line
+        if size[0] >= 120:
+            assert "(+28…+42)" in line or "last error: none" in line
+
+
+async def test_before_any_probe_the_dashboard_names_the_endpoints_it_probes():
+    """The first frame comes before the engine starts: it names the endpoints given (never "No endpoints to
+    watch yet"), and the table comes with the first figures."""
+    from lpxtop.engine.endpoints import pending_view
+    from lpxtop.engine.runner import EngineSettings
+
+    configs = [e.config for e in fixed_snapshot().endpoints]
+    pending = tuple(pending_view(c, EngineSettings(), 0.0) for c in configs)
+    _, app = make_app(replace(empty_snapshot(), endpoints=pending))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        message = text_of(app.screen.query_one("#empty-message", Static))
+        assert message.startswith("Probing ") and all(c.name in message for c in configs)
+        assert "No endpoints" not in message and not app.screen.query_one(EndpointsTable).display
+        assert "Endpoints 3/3" in str(app.screen.query_one("#endpoints-panel").border_title)

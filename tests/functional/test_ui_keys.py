@@ -482,3 +482,25 @@ async def test_ports_table_is_rebuilt_only_when_what_it_shows_changes():
         app.poll()
         await pilot.pause()
         assert panel._key != key_before  # a new PID is shown: rebuilt
+
+
+async def test_the_key_line_shows_each_screens_keys_and_a_click_types_one():
+    from lpxtop.ui.widgets.key_bar import KeyBar
+    from tests.support.ui import screen_lines
+
+    _, app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        line = screen_lines(app)[-1]
+        assert line.startswith("⏎ detail s sort / filter q quit ? help")
+        bar = app.screen.query_one(KeyBar)
+        x = line.index("s sort")
+        assert app.screen.sort_key == "name"
+        await pilot.click(KeyBar, offset=(x + 2, 0))  # on "sort": as typing s
+        await pilot.pause()
+        assert app.screen.sort_key != "name"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, DetailScreen)
+        assert screen_lines(app)[-1].startswith("← → tab esc back q quit ? help")
+        assert bar is not app.screen.query_one(KeyBar)  # the detail screen's own

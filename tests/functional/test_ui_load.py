@@ -247,3 +247,13 @@ async def test_the_done_state_names_the_report_files():
         assert status.startswith("done")
         assert "q quits and writes the report to /tmp/run.json and /tmp/steps.csv" in status
         assert "done in 4m21s" in str(app.screen.query_one("#load-panel").border_title)
+
+
+def test_a_finished_tests_title_names_the_capacity_only_where_it_fits():
+    """The verdict line in the panel says the capacity whole; the border title adds it only where it fits
+    (at 80 columns it was cut: `4 concurrent requests within th…`)."""
+    load = load_snapshot(finished=True).load
+    wide = load_title(load, 0.0, width=200)
+    assert wide.endswith("· 4 concurrent requests within the SLO")
+    narrow = load_title(load, 0.0, width=74)
+    assert narrow == wide.split(" · 4 concurrent")[0] and len(narrow) <= 74

@@ -70,10 +70,11 @@ def test_collector_devices_processes_and_vendor(tmp_path, clock):
     mi300x(tmp_path, 0)
     mi300x(tmp_path, 1, "0000:c2:00.0", files={"mem_info_vram_used": 1 * GIB, "product_name": ""})
     me = os.getpid()
+    other, foreign = [pid for pid in (4242, 4243, 4244) if pid != me][:2]  # never this test's own pid
     drm_client(tmp_path, me, 5, "0000:c1:00.0", client_id=7, vram="146800640 KiB")  # 140 GiB
     drm_client(tmp_path, me, 6, "0000:c1:00.0", client_id=7, vram="146800640 KiB")  # the same client again
-    drm_client(tmp_path, 4242, 9, "0000:c1:00.0", client_id=8, vram="2048 MiB", key="drm-memory-vram")
-    drm_client(tmp_path, 4243, 3, "0000:c1:00.0", client_id=9, vram="5 MiB", driver="i915")  # not amdgpu
+    drm_client(tmp_path, other, 9, "0000:c1:00.0", client_id=8, vram="2048 MiB", key="drm-memory-vram")
+    drm_client(tmp_path, foreign, 3, "0000:c1:00.0", client_id=9, vram="5 MiB", driver="i915")  # not amdgpu
     snap = amd(tmp_path, clock).collect(first_index=2)
     assert snap.status == "ok" and snap.driver_version == "amdgpu"
     d0, d1 = snap.devices
@@ -81,7 +82,8 @@ def test_collector_devices_processes_and_vendor(tmp_path, clock):
     assert (d0.mem_used_bytes, d0.mem_total_bytes, d0.util_pct, d0.mem_util_pct) == (150 * GIB, 192 * GIB, 87.0, 41.0)
     assert (d0.power_w, d0.power_limit_w, d0.temp_c) == (pytest.approx(612.0), pytest.approx(750.0), pytest.approx(71.0))
     assert d0.energy_j == pytest.approx(9_876_543.21) and d0.throttle is None
-    assert [(p.pid, p.used_bytes) for p in d0.processes] == [(4242, 2 * GIB), (me, 140 * GIB)]
+    # ordered by pid, whichever this test's own pid is
+    assert [(p.pid, p.used_bytes) for p in d0.processes] == sorted([(other, 2 * GIB), (me, 140 * GIB)])
     assert d1.name == "AMD GPU 0x74a1" and d1.processes == () and d1.key == "gpu3"
 
 

@@ -11,12 +11,22 @@
 - `nodes.py`: a workflow's nodes summarized over the window;
 - `chain.py`: what a chain of N steps costs, from the window's own step samples;
 - `window.py`: the bounded window of steps and its summary (`lpxtop.model.agent.AgentView`);
-- `prober.py`: what the engine runs per endpoint (`AgentProber`), and which probes an endpoint wants.
+- `prober.py`: what the engine runs per endpoint (`AgentProber`).
 
-Nothing here imports Textual or Rich. The names below are imported on first use (lpxtop/lazy.py).
+Nothing here imports Textual or Rich. The names below are imported on first use (lpxtop/lazy.py), except
+which probes an endpoint runs (`wants_agent`, `wants_chat`), defined here: the engine asks that of every
+endpoint without loading the agent probe (`prober.py` and its platforms load only for an endpoint that
+runs agent steps).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from lpxtop.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from lpxtop.model.endpoint import EndpointConfig
 
 __all__ = [
     "AgentProber",
@@ -35,7 +45,7 @@ __all__ = [
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, {
-    "lpxtop.engine.agent.prober": ("AgentProber", "agent_view", "wants_agent", "wants_chat", "with_agent"),
+    "lpxtop.engine.agent.prober": ("AgentProber", "agent_view", "with_agent"),
     "lpxtop.engine.agent.window": ("AgentWindow",),
     "lpxtop.engine.agent.tools": ("ToolSet", "load_tool_set"),
     "lpxtop.engine.agent.chain": ("chain_budget",),
@@ -44,3 +54,11 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "lpxtop.engine.agent.dify": ("run_dify_step",),
     "lpxtop.engine.agent.difyworkflow": ("run_dify_workflow_step",),
 })
+
+
+def wants_agent(config: EndpointConfig) -> bool:
+    return "agent" in config.probes
+
+
+def wants_chat(config: EndpointConfig) -> bool:
+    return "chat" in config.probes

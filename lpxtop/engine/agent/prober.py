@@ -7,6 +7,7 @@ import logging
 import time
 from dataclasses import replace
 
+from lpxtop.engine.agent import wants_chat
 from lpxtop.engine.agent.coze import run_coze_step
 from lpxtop.engine.agent.dify import run_dify_step
 from lpxtop.engine.agent.difyworkflow import run_dify_workflow_step
@@ -19,14 +20,6 @@ from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.snapshot import EndpointView
 
 log = logging.getLogger("lpxtop.engine.agent")
-
-
-def wants_agent(config: EndpointConfig) -> bool:
-    return "agent" in config.probes
-
-
-def wants_chat(config: EndpointConfig) -> bool:
-    return "chat" in config.probes
 
 
 # The step of each agent platform (lpxtop.model.endpoint.PLATFORM_APIS): one request, the platform's own tools

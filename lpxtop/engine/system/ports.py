@@ -26,7 +26,7 @@ from lpxtop.engine.system.processes import ProcessScanner, ProcInfo, ancestors, 
 from lpxtop.engine.system.shown import short_command
 from lpxtop.humanize import memory_size, message_age
 from lpxtop.model.endpoint import EndpointConfig
-from lpxtop.model.ports import LeftoverProcess, PortStatus
+from lpxtop.model.ports import LeftoverProcess, PortStatus, with_endpoints
 
 
 def is_root() -> bool:
@@ -115,7 +115,7 @@ class PortMonitor:
             for memory in (self._last_pid, self._restarts):
                 for key in [k for k in memory if k not in live]:
                     del memory[key]
-            return tuple(statuses), tuple(leftovers)
+            return with_endpoints(statuses), tuple(leftovers)
         except Exception as exc:
             return tuple(
                 PortStatus(

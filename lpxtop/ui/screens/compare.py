@@ -13,12 +13,13 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from lpxtop.record.compare import Comparison, fmt_change, fmt_value
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.screens.base import LpxtopScreen
 from lpxtop.ui.screens.help import QUIT_ROWS, HelpPage
+from lpxtop.ui.widgets.key_bar import KeyBar
 
 
 def render_comparison(comparison: Comparison, palette: Palette) -> Group:
@@ -71,7 +72,7 @@ class CompareScreen(LpxtopScreen):
         with VerticalScroll(id="compare-scroll") as scroll:
             scroll.border_title = "Compare A → B"
             yield Static("", id="compare-body")
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.rerender()

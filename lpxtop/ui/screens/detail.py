@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, VerticalScroll
 from textual.css.query import NoMatches
-from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, Tabs
+from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tabs
 
 from lpxtop.humanize import fmt_ago, fmt_ms_unit, fmt_pct, fmt_rate
 from lpxtop.model.snapshot import EndpointView, Snapshot
@@ -22,6 +22,7 @@ from lpxtop.ui.widgets.agent_panel import AgentPanel
 from lpxtop.ui.widgets.chain_panel import ChainPanel
 from lpxtop.ui.widgets.charts import PlotextChart, endpoint_charts
 from lpxtop.ui.widgets.endpoints_table import STATUS_SYMBOLS, error_pct, gap_text, server_ttft_mean_ms
+from lpxtop.ui.widgets.key_bar import KeyBar
 from lpxtop.ui.widgets.server_latency import server_latency_text
 
 CHART_REDRAW_S = 2.0
@@ -115,7 +116,7 @@ class DetailScreen(SnapshotScreen):
                 yield DataTable(id="errors-table", cursor_type="row")
             with TabPane("Settings", id="tab-settings"):
                 yield Static("", id="settings", markup=False)
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyBar()
 
     async def on_mount(self) -> None:
         table = self.query_one("#errors-table", DataTable)

@@ -12,7 +12,6 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer
 
 from lpxtop.humanize import fmt_duration
 from lpxtop.model.load import LoadState
@@ -24,6 +23,7 @@ from lpxtop.ui.widgets.alerts_bar import AlertsBar
 from lpxtop.ui.widgets.gpu_panel import GpuLine, GpuPanel, energy_by_device, no_gpu
 from lpxtop.ui.widgets.header_bar import HeaderBar
 from lpxtop.ui.widgets.host_panel import HostPanel
+from lpxtop.ui.widgets.key_bar import KeyBar
 from lpxtop.ui.widgets.load_chart import SweepCharts
 from lpxtop.ui.widgets.load_steps import LoadStepPanel, load_title, marks_legend
 
@@ -102,7 +102,7 @@ class LoadScreen(SnapshotScreen):
         with Horizontal(id="load-lower"):
             yield GpuPanel(id="gpu-panel", classes="panel")
             yield HostPanel(id="host-panel", classes="panel")
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyBar()
 
     def on_mount(self) -> None:
         # plotext's import takes ~0.2 s of CPU (0.8 s on a busy 2-core box): here, before the first frame and
@@ -160,8 +160,9 @@ class LoadScreen(SnapshotScreen):
             self.query_one(LoadStepPanel).show(load, server, snap.wall_time, palette, force=force, files=files,
                                                recording=recording)
             self.query_one(SweepCharts).show(load, force=force)
-            title = load_title(load, snap.wall_time)
             panel = self.query_one("#load-panel")
+            # the border's corners and gaps take 6 cells; before the first layout, no limit
+            title = load_title(load, snap.wall_time, width=panel.size.width - 6 if panel.size.width else 200)
             if panel.border_title != title:
                 panel.border_title = title
             legend = marks_legend(load)  # what the table's marks mean, once it shows any

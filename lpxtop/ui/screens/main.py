@@ -7,8 +7,9 @@ import signal as signal_module
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
+from lpxtop.model.ports import endpoints_by_process
 from lpxtop.model.snapshot import EndpointView, Snapshot
 from lpxtop.ui.screens.base import SnapshotScreen
 from lpxtop.ui.screens.confirm import ConfirmSignalScreen
@@ -19,7 +20,8 @@ from lpxtop.ui.widgets.endpoints_table import SORT_KEYS, EndpointsTable, filter_
 from lpxtop.ui.widgets.gpu_panel import GpuLine, GpuPanel, energy_by_device, no_gpu
 from lpxtop.ui.widgets.header_bar import HeaderBar, render_header
 from lpxtop.ui.widgets.host_panel import HostPanel
-from lpxtop.ui.widgets.ports_panel import PortsPanel, endpoints_by_process
+from lpxtop.ui.widgets.key_bar import KeyBar
+from lpxtop.ui.widgets.ports_panel import PortsPanel
 from lpxtop.ui.widgets.row_table import RowTable
 from lpxtop.ui.widgets.timebar import TimeBar
 
@@ -81,7 +83,7 @@ class MainScreen(SnapshotScreen):
         if self.app.timeline is not None:  # type: ignore[attr-defined]
             yield TimeBar(id="timebar")
         yield Input(placeholder="filter endpoints (Enter keeps, Esc clears)", id="filter")
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyBar()
 
     def on_mount(self) -> None:
         default_sort = self.app.capabilities.default_sort  # type: ignore[attr-defined]  # the fleet: worst first
@@ -184,6 +186,16 @@ class MainScreen(SnapshotScreen):
         message = self.query_one("#empty-message", Static)
         empty = self.app.capabilities.empty_message or EMPTY_MESSAGE  # type: ignore[attr-defined]
         text = empty if not snap.endpoints else f"No endpoint matches the filter {self.filter_text!r}: Esc clears it."
+        starting = bool(views) and all(v.status == "pending" for v in snap.endpoints)
+        if starting:
+            # Before any probe has finished (the first frame comes before the engine starts): the endpoints it
+            # was given, in a line. The table is laid out when the first figures come: drawn in the first frame,
+            # its ~0.1 s of CPU made that frame, and so the figures, as much later (docs/first-contact.md).
+            names = [v.name for v in snap.endpoints]
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            text = f"Probing {shown}: the first figures come with the first probe."
+        listed = views  # the title counts them either way
+        views = [] if starting else views
         if not views and text != self._message:  # an update lays the screen out again: only on a change
             self._message = text
             message.update(text)
@@ -196,7 +208,7 @@ class MainScreen(SnapshotScreen):
         view = next((v for v in views if v.key == selected), views[0] if views else None)
         strip.show(view, snap.wall_time, palette, force=force)
         panel = self.query_one("#endpoints-panel")
-        title = f"Endpoints {len(views)}/{len(snap.endpoints)} · sort: {sort_label(self.sort_key, self.sort_reversed)}"
+        title = f"Endpoints {len(listed)}/{len(snap.endpoints)} · sort: {sort_label(self.sort_key, self.sort_reversed)}"
         if self.filter_text:
             title += f" · filter: {self.filter_text}"
         if panel.border_title != title:  # setting it, even to the same text, repaints the whole panel

@@ -270,8 +270,9 @@ class PlotView(Static):
         rows = title.plain.count("\n") + 1
         if not spec.empty and (width < MIN_WIDTH or height - rows < MIN_HEIGHT):
             # no legend for a chart that is not drawn: its name and what to do, in the lines it has
+            need = "wider" if width < MIN_WIDTH else "taller"
             short = pack_chunks([[Text(spec.title.split("  ")[0], style="bold"),
-                                  Text("(too small: enlarge the terminal)", style=palette.muted)]], width)
+                                  Text(f"(needs a {need} terminal)", style=palette.muted)]], width)
             self.update(short, layout=False)
             return
         if spec.empty:

@@ -92,13 +92,12 @@ def render_host(host: HostSnapshot | None, width: int, thresholds: Mapping[str, 
     if procs and height > 6:
         room = height - len(lines) - 1
         head = Text("servers  ", style=palette.muted)
-        head.append("endpoint / PID / CPU / RSS", style=palette.muted)
+        head.append("PID / CPU / RSS / endpoints", style=palette.muted)
         lines.append(head)
         for proc in list(procs)[:room]:
-            line = Text()
-            endpoint = getattr(proc, "endpoint", None) or "?"
-            line.append(f"  {', '.join((served or {}).get(endpoint, (endpoint,)))} ")
-            line.append(f"{getattr(proc, 'pid', '?')} ", style=palette.muted)
+            # the figures first: a process serving many endpoints has a long list of names, cut at the end
+            line = Text(no_wrap=True, overflow="ellipsis")
+            line.append(f"  {getattr(proc, 'pid', '?')} ", style=palette.muted)
             status = getattr(proc, "status", "ok")
             if status != "ok":
                 line.append(status, style=palette.warning)
@@ -108,6 +107,8 @@ def render_host(host: HostSnapshot | None, width: int, thresholds: Mapping[str, 
                 children = getattr(proc, "children", 0)
                 if children:
                     line.append(f" +{children} children", style=palette.muted)
+            endpoint = getattr(proc, "endpoint", None) or "?"
+            line.append(f"  {', '.join((served or {}).get(endpoint, (endpoint,)))}")
             lines.append(line)
     return join_lines(lines)
 

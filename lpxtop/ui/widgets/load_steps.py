@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from lpxtop.humanize import fmt_count, fmt_duration, fmt_ms, fmt_pct, fmt_rate
+from lpxtop.humanize import fmt_count, fmt_duration, fmt_ms, fmt_ms_unit, fmt_pct, fmt_rate
 from lpxtop.model.load import LoadState, StepResult, format_level
 from lpxtop.model.server import ServerMetrics
 from lpxtop.ui.formatting import pack_chunks
@@ -174,8 +175,10 @@ def marks_legend(state: LoadState) -> str:
     return " · ".join(parts)
 
 
-def load_title(state: LoadState, now: float) -> str:
-    """The panel's title: the mode, and where the test is (step k/n, elapsed, ETA) or how it ended."""
+def load_title(state: LoadState, now: float, width: int = 200) -> str:
+    """The panel's title: the mode, and where the test is (step k/n, elapsed, ETA) or how it ended. Once it
+    ended, the capacity is added only where it fits in `width` cells (the verdict line in the panel says it
+    whole; a border title is cut with an ellipsis)."""
     title = f"Load test · {state.mode.replace('_', ' ')}{' search' if state.search else ''}"
     progress = state.progress(now)
     if state.finished:
@@ -183,7 +186,9 @@ def load_title(state: LoadState, now: float) -> str:
         if progress.elapsed_s is not None and state.steps:
             title += f" in {fmt_duration(progress.elapsed_s)}"
         if state.capacity is not None and state.capacity.level is not None:
-            title += " · " + state.capacity.sentence.removeprefix("capacity: ").split(" (")[0] + " within the SLO"
+            capacity = " · " + state.capacity.sentence.removeprefix("capacity: ").split(" (")[0] + " within the SLO"
+            if cell_len(title + capacity) <= width:
+                title += capacity
         return title
     if state.step_index is not None:
         title += f" · step {progress.step}" + (f"/{progress.steps}" if progress.steps is not None else "")
@@ -261,7 +266,7 @@ def render_status(state: LoadState, server: ServerMetrics | None, now: float, pa
                        Text(f"KV {fmt_pct(server.kv_cache_usage, fraction=True)}"),
                        Text(f"{fmt_count(server.preemptions_total)} preempted")]
         if server.server_ttft_ms is not None:
-            server_line.append(Text(f"its TTFT p50 {fmt_ms(server.server_ttft_ms.p50)}"))
+            server_line.append(Text(f"its TTFT p50 {fmt_ms_unit(server.server_ttft_ms.p50)}"))
     blocks.append(pack_chunks([server_line], width, sep=" · "))
     text = Text("\n").join(blocks)
     text.no_wrap = True

@@ -36,16 +36,6 @@ class ProcessRow:
     detail: str
 
 
-def endpoints_by_process(ports: Sequence[PortStatus]) -> dict[str, tuple[str, ...]]:
-    """Each endpoint's name -> every endpoint served by the same process (itself included), in port order:
-    one process may serve several endpoints (several ports, or several models behind one port)."""
-    by_pid: dict[int, list[str]] = {}
-    for p in ports:
-        if p.pid is not None and p.endpoint and p.endpoint not in by_pid.setdefault(p.pid, []):
-            by_pid[p.pid].append(p.endpoint)
-    return {name: tuple(names) for names in by_pid.values() for name in names}
-
-
 def _group_ok(ports: Sequence[PortStatus]) -> list[list[PortStatus]]:
     """Ports in the engine's order, those that one process holds without trouble ("ok") as one group."""
     groups: list[list[PortStatus]] = []
