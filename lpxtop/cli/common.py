@@ -9,10 +9,13 @@ and no OpenTelemetry package.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 
 from lpxtop.checks import ConfigError
 from lpxtop.cli.arguments import env_name
@@ -286,3 +289,50 @@ def engine_for(args: argparse.Namespace, file_config: FileConfig):
         )
     except ValueError as exc:  # the file's table passed above, so a flag is at fault
         raise ConfigError(f"alert threshold flag: {exc}") from None
+
+
+HELD_LOG_RECORDS = 500  # log records kept while a full-screen view draws; the oldest go first
+
+
+class _HeldRecords(logging.Handler):
+    """Keeps the last HELD_LOG_RECORDS log records, counting those it had to drop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: deque[logging.LogRecord] = deque(maxlen=HELD_LOG_RECORDS)
+        self.dropped = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.records) == self.records.maxlen:
+            self.dropped += 1
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def logs_held_while_drawing() -> Iterator[None]:
+    """While a Textual view owns the terminal, log records (`LPXTOP_LOG`, warnings) wait instead of being
+    written over the screen; they are written to stderr, in order, once the view has given the terminal
+    back."""
+    root = logging.getLogger()
+    terminal = [h for h in root.handlers
+                if isinstance(h, logging.StreamHandler) and getattr(h, "stream", None) in (sys.stderr, sys.stdout)]
+    if not terminal:
+        yield
+        return
+    held = _HeldRecords()
+    held.setLevel(min(h.level for h in terminal))
+    for handler in terminal:
+        root.removeHandler(handler)
+    root.addHandler(held)
+    try:
+        yield
+    finally:
+        root.removeHandler(held)
+        for handler in terminal:
+            root.addHandler(handler)
+        if held.dropped:
+            root.warning("%d earlier log records were dropped while the screen was drawn", held.dropped)
+        for record in held.records:
+            for handler in terminal:
+                if record.levelno >= handler.level:
+                    handler.handle(record)

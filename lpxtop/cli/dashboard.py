@@ -17,6 +17,7 @@ from lpxtop.cli.common import (
     add_ui_flags,
     engine_for,
     load_endpoints,
+    logs_held_while_drawing,
     seconds,
 )
 from lpxtop.cli.otlp import add_otlp_flags, otlp_for, stop_otlp
@@ -137,7 +138,8 @@ def open_ui(engine: Any, args: argparse.Namespace, ui_settings: dict, *, recorde
     # shorter switch interval bounds how long a byte's timestamp can wait behind a repaint.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
-        app.run()
+        with logs_held_while_drawing():
+            app.run()
     finally:
         engine.stop()
     return 0

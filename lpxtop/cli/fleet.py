@@ -7,7 +7,7 @@ import os
 import sys
 
 from lpxtop.cli.arguments import ArgumentParser, env_name
-from lpxtop.cli.common import positive_int, seconds
+from lpxtop.cli.common import logs_held_while_drawing, positive_int, seconds
 
 DESCRIPTION = """\
 Open the dashboard on a whole fleet, read back from Prometheus: one row per host x endpoint of every
@@ -140,7 +140,8 @@ def _open_ui(source, args: argparse.Namespace) -> int:
         print(f"lpxtop: {exc}", file=sys.stderr)
         return 2
     try:
-        app.run()
+        with logs_held_while_drawing():
+            app.run()
     finally:
         source.stop()
     return 0

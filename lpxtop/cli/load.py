@@ -21,6 +21,7 @@ from lpxtop.cli.common import (
     SWITCH_INTERVAL_S,
     add_ui_flags,
     duration_between,
+    logs_held_while_drawing,
     positive_float,
     positive_int,
     seconds,
@@ -561,7 +562,8 @@ def _run_dashboard(engine, controller, args, recorder) -> int:
     except ThemeError as exc:
         print(f"lpxtop load: {exc}", file=sys.stderr)
         return 2
-    app.run()
+    with logs_held_while_drawing():
+        app.run()
     return app.return_code or 0
 
 

@@ -16,7 +16,14 @@ from pathlib import Path
 
 from lpxtop.checks import ConfigError
 from lpxtop.cli.arguments import ArgumentParser
-from lpxtop.cli.common import add_endpoint_flags, add_ui_flags, duration_between, engine_for, load_endpoints
+from lpxtop.cli.common import (
+    add_endpoint_flags,
+    add_ui_flags,
+    duration_between,
+    engine_for,
+    load_endpoints,
+    logs_held_while_drawing,
+)
 from lpxtop.cli.otlp import add_otlp_flags, otlp_for, stop_otlp
 from lpxtop.durations import format_duration
 from lpxtop.engine.traces.attach import add_traces_flags, start_traces, stop_traces
@@ -202,7 +209,8 @@ def _run_replay(args: argparse.Namespace) -> int:
         print(f"lpxtop: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        app.run()
+        with logs_held_while_drawing():
+            app.run()
     finally:
         source.close()
     return EXIT_OK
