@@ -100,7 +100,9 @@ def flap(seconds: float, phase_s: float) -> None:
     sim = start_sim_in_thread(config, port=port)
     try:
         with exported(f"http://127.0.0.1:{port}/v1") as (exp, engine):
-            wait_for(lambda: "lpxtop_server_ttft_p50_seconds{" in scrape(exp).text, timeout=10)
+            # the latency histograms are read every HISTOGRAMS_EVERY_S (10 s, engine/scrape/tracker.py): the first
+            # read may come before the first probe has ended, and the next one 10 s later
+            wait_for(lambda: "lpxtop_server_ttft_p50_seconds{" in scrape(exp).text, timeout=25)
             baseline, idents = _identity_sets(scrape(exp).text)
             assert len(idents) == 1 and None not in next(iter(idents))
             phases = [{"fail_rate": 1.0}, "down", {"cut_after_tokens": 2}, {"error_event_after_tokens": 1},
