@@ -31,8 +31,10 @@ IDENTITY = ("host", "endpoint", "model", "server_kind")
 
 def test_metrics_hold_what_the_engine_measured_and_parse_in_both_formats():
     with start_sim_in_thread(SimConfig(model="sim-x", ttft_ms=20, itl_ms=3)) as sim, exported(sim.url) as (exp, engine):
+        # the server's latency histograms are read every HISTOGRAMS_EVERY_S (10 s, engine/scrape/tracker.py): the
+        # first read may come before the first probe ends, so its mean can wait for the next one
         wait_for(lambda: (v := engine.snapshot().endpoints) and v[0].probes_ok >= 4 and v[0].server is not None
-                 and v[0].server.ok, timeout=10)
+                 and v[0].server.ok and v[0].server.server_ttft_ms.mean is not None, timeout=25)
         before = engine.snapshot().endpoints[0]
         text = scrape(exp).text
         view = engine.snapshot().endpoints[0]
