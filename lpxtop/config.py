@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
@@ -394,37 +394,32 @@ def _record_section(value: object, locate: _Locator) -> dict:
         raise ConfigError(f"{locate(None, None, 'record')}: 'record' must be true/false or a table ([record])")
     from lpxtop.record.settings import check_record_table
 
-    problem = check_record_table(value)
+    return _checked_table("record", value, locate, check_record_table)
+
+
+def _checked_table(name: str, value: object, locate: _Locator, check: Callable[[dict], str | None]) -> dict:
+    """The `[name]` table, as `check` (its own settings module's) finds it; the key it names is located."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{locate(None, None, name)}: '{name}' must be a table ([{name}])")
+    problem = check(value)
     if problem is not None:
         key = problem.split("'")[1] if "'" in problem else None
-        raise ConfigError(f"{locate('record', None, key)}: [record]: {problem}")
+        raise ConfigError(f"{locate(name, None, key)}: [{name}]: {problem}")
     return dict(value)
 
 
 def _otlp_section(value: object, locate: _Locator) -> dict:
     """The `[otlp]` table, checked by lpxtop.otel.settings (which imports no OpenTelemetry package)."""
-    if not isinstance(value, dict):
-        raise ConfigError(f"{locate(None, None, 'otlp')}: 'otlp' must be a table ([otlp])")
     from lpxtop.otel.settings import check_otlp_table
 
-    problem = check_otlp_table(value)
-    if problem is not None:
-        key = problem.split("'")[1] if "'" in problem else None
-        raise ConfigError(f"{locate('otlp', None, key)}: [otlp]: {problem}")
-    return dict(value)
+    return _checked_table("otlp", value, locate, check_otlp_table)
 
 
 def _traces_section(value: object, locate: _Locator) -> dict:
     """The `[traces]` table (the OTLP receiver), checked by lpxtop.engine.traces.settings."""
-    if not isinstance(value, dict):
-        raise ConfigError(f"{locate(None, None, 'traces')}: 'traces' must be a table ([traces])")
     from lpxtop.engine.traces.settings import check_traces_table
 
-    problem = check_traces_table(value)
-    if problem is not None:
-        key = problem.split("'")[1] if "'" in problem else None
-        raise ConfigError(f"{locate('traces', None, key)}: [traces]: {problem}")
-    return dict(value)
+    return _checked_table("traces", value, locate, check_traces_table)
 
 
 def _check_settings(table: str, values: dict, locate: _Locator) -> None:
