@@ -15,7 +15,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from lpxtop.demo import start_demo
+from lpxtop.cli.demo import start_demo
 from lpxtop.ui.app import create_app
 
 HERE = Path(__file__).resolve().parent

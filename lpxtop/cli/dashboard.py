@@ -46,7 +46,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
 
 def run(command: str, args: argparse.Namespace) -> int:
     """`lpxtop demo`."""
-    from lpxtop.demo import start_demo
+    from lpxtop.cli.demo import start_demo
 
     with start_demo(interval_s=args.interval, surge=args.surge, readonly=args.readonly) as demo:
         engine = demo.engine

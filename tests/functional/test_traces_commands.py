@@ -218,7 +218,7 @@ def test_exporter_serves_the_chain_histograms():
 
 
 def test_the_demo_runs_a_receiver_and_its_simulators_spans_join():
-    from lpxtop.demo import start_demo
+    from lpxtop.cli.demo import start_demo
 
     with start_demo(interval_s=0.3) as demo:
         engine = demo.engine
