@@ -20,7 +20,7 @@ from lpxtop.engine.agent import wants_agent
 from lpxtop.engine.collectors import every
 from lpxtop.engine.gpu.accel.energy import EnergyMeter
 from lpxtop.engine.model_resolution import name_served_models, resolve_model
-from lpxtop.engine.probe import rejects_stream_options, run_probe
+from lpxtop.engine.probe import failed_sample, rejects_stream_options, run_probe
 from lpxtop.engine.probe.clientlimit import LatenessWatch
 from lpxtop.engine.probe.schedule import next_gap
 from lpxtop.engine.window import EndpointWindow, server_kind
@@ -147,18 +147,6 @@ def pending_view(config: EndpointConfig, settings: EngineSettings, now: float) -
     window = EndpointWindow(settings.window_s, settings.max_samples, include_client_limited=settings.include_client_limited)
     return window.view(config, now=now, model=config.model, server=None, server_kind=server_kind(config, None))
 
-
-def failed_sample(config: EndpointConfig, error: str) -> Sample:
-    """A probe that could not be sent (no model, the deadline), from its '<kind>: <message>' error."""
-    kind, _, message = error.partition(": ")
-    return Sample(
-        endpoint=config.name,
-        wall_time=time.time(),
-        start_ns=time.perf_counter_ns(),
-        ok=False,
-        error_kind=kind or "other",
-        error_message=message or None,
-    )
 
 
 class EndpointLoops:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from lpxtop.engine.agent import wants_chat
 from lpxtop.engine.collectors import prepare
-from lpxtop.engine.endpoints import EndpointState, failed_sample
+from lpxtop.engine.endpoints import EndpointState
+from lpxtop.engine.probe import failed_sample
 from lpxtop.engine.probe.clientlimit import LatenessWatch
 from lpxtop.engine.probe.schedule import next_gap
 from lpxtop.http import HttpClient

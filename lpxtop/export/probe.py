@@ -32,7 +32,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from lpxtop.checks import ConfigError
 from lpxtop.config import normalize_url
-from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
+from lpxtop.engine.probe import failed_sample, fetch_models, rejects_stream_options, run_probe
 from lpxtop.export.settings import MAX_PROBE_TIMEOUT_S, PROBE_TIMEOUT_MARGIN_S
 from lpxtop.http import HttpClient
 from lpxtop.loopthread import LoopThread
@@ -143,7 +143,7 @@ class ProbeRunner:
         if model is None:
             ids, error = await fetch_models(client, config, timeout_s=max(0.05, (deadline - loop.time()) * MODELS_SHARE))
             if not ids:
-                return _failed(config, error or "http_404: GET /models listed no model; add &model=NAME")
+                return failed_sample(config, error or "http_404: GET /models listed no model; add &model=NAME")
             model = ids[0]
         sample = await run_probe(client, _within(config, deadline - loop.time()), model)
         if rejects_stream_options(sample) and deadline - loop.time() > MIN_BUDGET_S:
@@ -180,11 +180,6 @@ def _within(config: EndpointConfig, seconds: float) -> EndpointConfig:
                    first_token_timeout_s=min(config.first_token_timeout_s, seconds),
                    connect_timeout_s=min(config.connect_timeout_s, seconds))
 
-
-def _failed(config: EndpointConfig, error: str) -> Sample:
-    kind, _, message = error.partition(": ")
-    return Sample(endpoint=config.name, wall_time=time.time(), start_ns=time.perf_counter_ns(), ok=False,
-                  error_kind=kind or "other", error_message=message or None)
 
 
 class _Families:

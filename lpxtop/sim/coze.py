@@ -82,13 +82,9 @@ class CozeBot:
             response = reject(record, coze_error(5000, "The bot could not start the chat (lpxtop sim fail_rate)."))
             record.outcome = "error_body"
             return response
-        holder: list[_CozeStream] = []
-
-        async def run(resp: web.StreamResponse) -> None:
-            holder.append(_CozeStream(server, record, faults, resp, body, self._id()))
-            await holder[0].run()
-
-        return await serve_stream(request, record, run, lambda: holder[0].abort() if holder else None)
+        conversation_id = self._id()
+        return await serve_stream(request, record,
+                                  lambda resp: _CozeStream(server, record, faults, resp, body, conversation_id))
 
 
 class _CozeStream(PlatformStream):

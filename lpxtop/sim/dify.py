@@ -73,13 +73,7 @@ class DifyApp:
         if faults.fail_rate > 0 and server.rng.random() < faults.fail_rate:
             return reject(record, dify_error(500, "internal_server_error",
                                              "Internal Server Error (lpxtop sim fail_rate)."))
-        holder: list[_DifyStream] = []
-
-        async def run(resp: web.StreamResponse) -> None:
-            holder.append(_DifyStream(server, record, faults, resp, body))
-            await holder[0].run()
-
-        return await serve_stream(request, record, run, lambda: holder[0].abort() if holder else None)
+        return await serve_stream(request, record, lambda resp: _DifyStream(server, record, faults, resp, body))
 
 
 class _DifyStream(PlatformStream):

@@ -76,13 +76,8 @@ class DifyWorkflow:
         if faults.fail_rate > 0 and server.rng.random() < faults.fail_rate:
             return reject(record, dify_error(500, "internal_server_error",
                                              "Internal Server Error (lpxtop sim fail_rate)."))
-        holder: list[_WorkflowStream] = []
-
-        async def run(resp: web.StreamResponse) -> None:
-            holder.append(_WorkflowStream(server, record, faults, resp, body["inputs"]))
-            await holder[0].run()
-
-        return await serve_stream(request, record, run, lambda: holder[0].abort() if holder else None)
+        inputs = body["inputs"]
+        return await serve_stream(request, record, lambda resp: _WorkflowStream(server, record, faults, resp, inputs))
 
 
 class _WorkflowStream(PlatformStream):

@@ -84,14 +84,17 @@ async def read_json(request: web.Request) -> dict | None:
     return body if isinstance(body, dict) else None
 
 
-async def serve_stream(request: web.Request, record: SimRecord, run: Callable[[web.StreamResponse], Any],
-                       abort: Callable[[], None]) -> web.StreamResponse:
-    """Open an event stream and run `run(response)` on it; a client that goes away is recorded."""
+async def serve_stream(request: web.Request, record: SimRecord,
+                       stream_on: Callable[[web.StreamResponse], PlatformStream]) -> web.StreamResponse:
+    """Open an event stream and run the platform stream `stream_on(response)` on it; a client that goes
+    away is recorded, and the stream's engine work is aborted however it ends."""
     resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                                    "X-Sim-Response-Id": record.response_id})
+    stream: PlatformStream | None = None
     try:
         await resp.prepare(request)
-        await run(resp)
+        stream = stream_on(resp)
+        await stream.run()
     except ConnectionError:
         record.outcome = "client_disconnect"
     except asyncio.CancelledError:
@@ -99,7 +102,8 @@ async def serve_stream(request: web.Request, record: SimRecord, run: Callable[[w
             record.outcome = "client_disconnect"
         raise
     finally:
-        abort()
+        if stream is not None:
+            stream.abort()
         record.t_done_ns = time.perf_counter_ns()
     return resp
 
@@ -142,6 +146,10 @@ class PlatformStream:
             if event[3] is not None:
                 self._current = None
                 return
+
+    async def run(self) -> None:
+        """Write the platform's whole stream (each platform's own events)."""
+        raise NotImplementedError
 
     async def run_tool(self) -> None:
         await asyncio.sleep(self.config.dify_tool_latency_ms / 1000.0)

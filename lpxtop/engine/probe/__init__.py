@@ -21,7 +21,13 @@ for each API, and what is around it (when probes leave, lpxtop's own lateness, e
 Definitions (TTFT, ITL, token events, error kinds, traceparent): docs/measurement.md.
 """
 
-from lpxtop.engine.probe.chat import build_body, endpoint_path, rejects_stream_options, run_probe
+from lpxtop.engine.probe.chat import (
+    build_body,
+    endpoint_path,
+    failed_sample,
+    rejects_stream_options,
+    run_probe,
+)
 from lpxtop.engine.probe.chunks import ChunkSink
 from lpxtop.engine.probe.errors import StreamError
 from lpxtop.engine.probe.models import fetch_models
@@ -37,6 +43,7 @@ __all__ = [
     "TraceContext",
     "build_body",
     "endpoint_path",
+    "failed_sample",
     "fetch_models",
     "measured_stream",
     "new_trace_context",

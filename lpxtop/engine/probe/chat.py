@@ -65,6 +65,19 @@ async def run_probe(
     return _sample(endpoint, sink, out)
 
 
+def failed_sample(config: EndpointConfig, error: str) -> Sample:
+    """A probe that could not be sent (no model, the deadline), from its '<kind>: <message>' error."""
+    kind, _, message = error.partition(": ")
+    return Sample(
+        endpoint=config.name,
+        wall_time=time.time(),
+        start_ns=time.perf_counter_ns(),
+        ok=False,
+        error_kind=kind or "other",
+        error_message=message or None,
+    )
+
+
 def name(value: object) -> str | None:
     """A name the server sent (model id, response id, finish reason): a bounded, safe string, or None."""
     if isinstance(value, str) and value:
