@@ -97,7 +97,7 @@ def settle_agent_settings(config: EndpointConfig) -> EndpointConfig:
     check_bot_id(config.bot_id)
     if "agent" not in config.probes:
         return config
-    from lpxtop.engine.agent.tools import check_tool_choice, load_tool_set
+    from lpxtop.engine.agent import check_tool_choice, load_tool_set
 
     tools = load_tool_set(config.tools_file)
     if not config.is_platform:
@@ -123,7 +123,7 @@ def workflow_inputs(value: object, where: str) -> tuple[tuple[str, object], ...]
     names to JSON values, no deeper than 64 levels, at most 1 MiB as JSON. ValueError saying what is wrong."""
     import json
 
-    from lpxtop.engine.agent.schema import deeper_than
+    from lpxtop.engine.agent import deeper_than
 
     if not isinstance(value, dict):
         raise ValueError(f"{where} must be an object of the workflow's input names and values")
@@ -417,7 +417,7 @@ def _otlp_section(value: object, locate: _Locator) -> dict:
 
 def _traces_section(value: object, locate: _Locator) -> dict:
     """The `[traces]` table (the OTLP receiver), checked by lpxtop.engine.traces.settings."""
-    from lpxtop.engine.traces.settings import check_traces_table
+    from lpxtop.engine.traces import check_traces_table
 
     return _checked_table("traces", value, locate, check_traces_table)
 
@@ -449,7 +449,7 @@ def _check_alerts(values: dict, locate: _Locator) -> None:
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{locate('alerts', None, key)}: [alerts]: key {key!r} must be a finite number, "
                               f"got {value!r}")
-    from lpxtop.engine.alerts import AlertThresholds  # headless; imported only when a file is read
+    from lpxtop.engine import AlertThresholds  # headless; imported only when a file is read
 
     try:
         AlertThresholds.from_mapping(values)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from lpxtop.engine.runner import Engine, EngineSettings
-from lpxtop.engine.window import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S
+from lpxtop.engine import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S, Engine, EngineSettings
 from lpxtop.model.endpoint import EndpointConfig
 
 
@@ -28,7 +27,7 @@ def build_engine(
     The GPU, host and port collectors, the scrapers and discovery are built when first used (`Later`):
     their modules (psutil, the NVML and AMD readers, the /metrics readers) are imported after the dashboard's
     first frame, on a worker thread, instead of before it."""
-    from lpxtop.engine.alerts import AlertRules, AlertThresholds
+    from lpxtop.engine import AlertRules, AlertThresholds
 
     settings = EngineSettings(
         window_s=window_s or DEFAULT_WINDOW_S,
@@ -76,30 +75,30 @@ class Later:
 
 
 def _gpu_collector():
-    from lpxtop.engine.gpu.accel.collector import AcceleratorCollector
+    from lpxtop.engine.gpu import AcceleratorCollector
 
     return AcceleratorCollector()
 
 
 def _host_collector():
-    from lpxtop.engine.system.host import HostCollector
+    from lpxtop.engine.system import HostCollector
 
     return HostCollector()
 
 
 def _port_monitor():
-    from lpxtop.engine.system.ports import PortMonitor
+    from lpxtop.engine.system import PortMonitor
 
     return PortMonitor()
 
 
 def _scraper(config: EndpointConfig, window_s: float):
-    from lpxtop.engine.scrape.servers import ServerScraper
+    from lpxtop.engine.scrape import ServerScraper
 
     return ServerScraper(config, window_s=window_s)
 
 
 def _discover(client):
-    from lpxtop.engine.system.discovery import discover
+    from lpxtop.engine.system import discover
 
     return discover(client)

@@ -177,7 +177,7 @@ def add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_alert_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per alert threshold (`--alert-...`), each stored as `alert_<setting>`."""
-    from lpxtop.engine.alerts import THRESHOLD_FLAGS
+    from lpxtop.engine import THRESHOLD_FLAGS
 
     g = parser.add_argument_group("alert thresholds (also [alerts] in the config file)")
     for flag, attr, help_text in THRESHOLD_FLAGS:
@@ -265,7 +265,7 @@ def engine_for(args: argparse.Namespace, file_config: FileConfig):
     """The engine (not started) for the endpoints in `file_config`, with the flags' and the file's statistics
     and alert settings (flags win)."""
     from lpxtop.cli.assemble import build_engine
-    from lpxtop.engine.alerts import AlertThresholds
+    from lpxtop.engine import AlertThresholds
 
     alert_flags = {k[len("alert_"):]: v for k, v in vars(args).items() if k.startswith("alert_") and v is not None}
     try:

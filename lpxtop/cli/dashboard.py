@@ -21,7 +21,7 @@ from lpxtop.cli.common import (
     seconds,
 )
 from lpxtop.cli.otlp import add_otlp_flags, otlp_for, stop_otlp
-from lpxtop.engine.traces.attach import start_traces, stop_traces
+from lpxtop.engine.traces import start_traces, stop_traces
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:

@@ -25,7 +25,7 @@ from lpxtop.sim.config import SimConfig, load_function
 from lpxtop.sim.thread import start_sim_in_thread
 
 if TYPE_CHECKING:
-    from lpxtop.engine.runner import Engine
+    from lpxtop.engine import Engine
 
 SURGE_FACTOR = 3.0
 TRACES_DELAY_S = 0.5  # how often the simulators send their spans (vLLM with OTEL_BSP_SCHEDULE_DELAY=500)
@@ -86,7 +86,7 @@ def start_demo(
 ) -> Iterator[Demo]:
     """Start the simulated servers; a Demo: the (not yet started) Engine watching them and the surge switch."""
     from lpxtop.cli.assemble import build_engine
-    from lpxtop.engine.gpu.simulated import SimulatedGpuCollector
+    from lpxtop.engine.gpu import SimulatedGpuCollector
 
     surge_flag = threading.Event()
     with contextlib.ExitStack() as stack:
@@ -132,8 +132,7 @@ def _trace_feed():
 
     if importlib.util.find_spec("opentelemetry") is None or importlib.util.find_spec("opentelemetry.proto") is None:
         return None
-    from lpxtop.engine.traces.feed import ChainFeed
-    from lpxtop.engine.traces.limits import ReceiverSettings
+    from lpxtop.engine.traces import ChainFeed, ReceiverSettings
 
     with socket.socket() as probe:  # a free port now; the receiver's process binds it a moment later
         probe.bind(("127.0.0.1", 0))

@@ -20,7 +20,7 @@ from lpxtop.cli.arguments import ArgumentParser
 from lpxtop.cli.common import add_endpoint_flags, add_record_flags, add_ui_flags
 from lpxtop.cli.dashboard import run_dashboard
 from lpxtop.cli.otlp import add_otlp_flags
-from lpxtop.engine.traces.attach import add_traces_flags
+from lpxtop.engine.traces import add_traces_flags
 
 # Each subcommand's module: `build_parser(command)` and `run(command, args) -> int`. The module is imported
 # only when its subcommand is used.

@@ -11,7 +11,7 @@ from lpxtop.checks import ConfigError
 from lpxtop.cli.arguments import ArgumentParser
 from lpxtop.cli.common import add_endpoint_flags, engine_for, load_endpoints, seconds
 from lpxtop.cli.otlp import add_otlp_flags, otlp_for, stop_otlp
-from lpxtop.engine.traces.attach import add_traces_flags, start_traces, stop_traces
+from lpxtop.engine.traces import add_traces_flags, start_traces, stop_traces
 from lpxtop.http import is_loopback
 
 DESCRIPTION = """\

@@ -29,7 +29,7 @@ from lpxtop.cli.common import (
 from lpxtop.cli.otlp import add_otlp_flags, start_otlp, stop_otlp
 from lpxtop.config import MIN_SECONDS, normalize_url
 from lpxtop.durations import DurationError, format_duration, parse_duration
-from lpxtop.engine.traces.attach import add_traces_flags
+from lpxtop.engine.traces import add_traces_flags
 from lpxtop.http import is_loopback
 from lpxtop.load.chain import attach_chain, finish_chain
 from lpxtop.load.plan import (
@@ -389,8 +389,8 @@ def build_load_engine(plan: LoadPlan, *, ui: bool, scrape: bool, readings: bool 
     also the GPU, the host and the ports. Headless it scrapes and reads the GPUs (each step's energy per
     output token needs their energy counters; about 1 ms a second, nothing on a host without a GPU), plus the
     host when `readings` (a recorded run keeps them: lpxtop/load/recording.py)."""
-    from lpxtop.engine.runner import Engine, EngineSettings
-    from lpxtop.engine.scrape.servers import ServerScraper
+    from lpxtop.engine import Engine, EngineSettings
+    from lpxtop.engine.scrape import ServerScraper
 
     if ui:
         from lpxtop.cli.assemble import build_engine
@@ -399,11 +399,11 @@ def build_load_engine(plan: LoadPlan, *, ui: bool, scrape: bool, readings: bool 
         engine.settings = replace(engine.settings, probes=False)
         return engine
     settings = EngineSettings(probes=False, scrape_metrics=scrape)
-    from lpxtop.engine.gpu.accel.collector import AcceleratorCollector
+    from lpxtop.engine.gpu import AcceleratorCollector
 
     parts: dict = {"gpu": AcceleratorCollector()}
     if readings:
-        from lpxtop.engine.system.host import HostCollector
+        from lpxtop.engine.system import HostCollector
 
         parts["host"] = HostCollector()
     return Engine([plan.endpoint], settings,

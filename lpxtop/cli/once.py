@@ -18,7 +18,7 @@ from lpxtop.cli.common import (
     positive_int,
 )
 from lpxtop.cli.otlp import add_otlp_flags, otlp_for, stop_otlp
-from lpxtop.engine.traces.attach import add_traces_flags, finish_once, start_traces, stop_traces
+from lpxtop.engine.traces import add_traces_flags, finish_once, start_traces, stop_traces
 from lpxtop.jsonout import dumps
 
 

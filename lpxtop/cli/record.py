@@ -26,7 +26,7 @@ from lpxtop.cli.common import (
 )
 from lpxtop.cli.otlp import add_otlp_flags, otlp_for, stop_otlp
 from lpxtop.durations import format_duration
-from lpxtop.engine.traces.attach import add_traces_flags, start_traces, stop_traces
+from lpxtop.engine.traces import add_traces_flags, start_traces, stop_traces
 
 FMT = argparse.RawDescriptionHelpFormatter
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

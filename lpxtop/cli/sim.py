@@ -10,7 +10,7 @@ import sys
 
 from lpxtop.cli.arguments import ArgumentParser
 from lpxtop.cli.common import duration_between
-from lpxtop.engine.traces.otlp import OtelUnavailable
+from lpxtop.engine.traces import OtelUnavailable
 from lpxtop.sim.config import SimConfig, parse_background_load, parse_wave_load
 from lpxtop.sim.server import SimServer
 from lpxtop.sim.toolcall_options import TOOL_CALL_SHAPES

@@ -21,23 +21,30 @@ The names below are imported on first use (lpxtop/lazy.py): importing one module
 from lpxtop.lazy import lazy_exports
 
 __all__ = [
-    "DEFAULT_MAX_SAMPLES",
-    "DEFAULT_WINDOW_S",
     "AlertRules",
     "AlertThresholds",
     "Capabilities",
+    "DEFAULT_MAX_SAMPLES",
+    "DEFAULT_WINDOW_S",
     "EndpointWindow",
     "Engine",
     "EngineSettings",
+    "LoadTest",
+    "PUBLISH_EVERY_S",
+    "Recorder",
     "SnapshotSource",
+    "THRESHOLD_FLAGS",
     "Tally",
+    "Timeline",
     "explain",
+    "no_model_listed",
+    "server_kind",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, {
-    "lpxtop.engine.runner": ("Engine", "EngineSettings"),
-    "lpxtop.engine.window": ("DEFAULT_MAX_SAMPLES", "DEFAULT_WINDOW_S", "EndpointWindow", "Tally"),
-    "lpxtop.engine.alerts": ("AlertRules", "AlertThresholds"),
-    "lpxtop.engine.diagnosis": ("explain",),
-    "lpxtop.engine.source": ("Capabilities", "SnapshotSource"),
+    "lpxtop.engine.runner": ("Engine", "EngineSettings", "PUBLISH_EVERY_S"),
+    "lpxtop.engine.window": ("DEFAULT_MAX_SAMPLES", "DEFAULT_WINDOW_S", "EndpointWindow", "Tally", "server_kind"),
+    "lpxtop.engine.alerts": ("AlertRules", "AlertThresholds", "THRESHOLD_FLAGS"),
+    "lpxtop.engine.diagnosis": ("explain", "no_model_listed"),
+    "lpxtop.engine.source": ("Capabilities", "SnapshotSource", "Recorder", "LoadTest", "Timeline"),
 })

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from lpxtop.engine.scrape.metric_names import KINDS
+from lpxtop.engine.scrape import KINDS
 from lpxtop.fleet.client import Answer
 from lpxtop.http import is_loopback
 from lpxtop.model.alerts import Alert

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from lpxtop.engine.scrape.metric_names import KINDS, Ref
+from lpxtop.engine.scrape import KINDS, Ref
 
 ROW = "host, endpoint"
 MEASURES = ("ttft", "itl", "tpot", "e2e")

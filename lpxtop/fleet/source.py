@@ -18,7 +18,7 @@ from datetime import datetime
 from types import MappingProxyType
 
 from lpxtop import __version__, textsafe
-from lpxtop.engine.source import Capabilities
+from lpxtop.engine import Capabilities
 from lpxtop.fleet.build import Reading, alerts, endpoint_views, gpus, ports
 from lpxtop.fleet.client import Answer, PromClient, PromError
 from lpxtop.fleet.promql import FleetQueries, duration_seconds

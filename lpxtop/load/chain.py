@@ -166,7 +166,7 @@ class LoadChain:
 def attach_chain(engine: Any, controller: Any, args: Any) -> LoadChain | None:
     """With --traces-listen: the receiver beside the load's engine and the per-step chains on the controller,
     attached before anything starts; None without. ConfigError (exit 2) as start_traces says."""
-    from lpxtop.engine.traces.attach import start_traces
+    from lpxtop.engine.traces import start_traces
 
     target = controller.plan.endpoint
     feed = start_traces(engine, args, None, endpoints=[target], max_pending=MAX_PENDING)
@@ -183,7 +183,7 @@ def finish_chain(chain: LoadChain | None, *, quiet: bool = False) -> None:
         return
     import sys
 
-    from lpxtop.engine.traces.attach import stop_traces
+    from lpxtop.engine.traces import stop_traces
 
     if chain.feed.join.pending() and not quiet:
         print(f"lpxtop load: waiting up to {min(LAST_SPANS_S, chain.feed.join.wait_s):.0f} s for the last requests' "

@@ -21,9 +21,8 @@ from dataclasses import replace
 from typing import IO, Any
 
 from lpxtop import jsonout
-from lpxtop.engine.diagnosis import no_model_listed
-from lpxtop.engine.probe import fetch_models, rejects_stream_options, run_probe
-from lpxtop.engine.probe.clientlimit import LoopLag, ThreadCpuWait
+from lpxtop.engine import no_model_listed
+from lpxtop.engine.probe import LoopLag, ThreadCpuWait, fetch_models, rejects_stream_options, run_probe
 from lpxtop.http import HttpClient
 from lpxtop.load.plan import LoadPlan
 from lpxtop.load.prompts import CALIBRATION_WORDS, Calibration, filler_text

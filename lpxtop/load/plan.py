@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from lpxtop.engine.probe.stream import TTFT_FROM
+from lpxtop.engine.probe import TTFT_FROM
 from lpxtop.load.prompts import HEAD_WORDS, Calibration, filler_text
 from lpxtop.load.search import CapacitySearch, Walk
 from lpxtop.load.slo import Slo

@@ -18,9 +18,17 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from lpxtop.engine.gpu.accel.energy import energy_between
-from lpxtop.engine.scrape.exposition import Exposition, NotPrometheusText
-from lpxtop.engine.scrape.metric_names import BY_KIND, KINDS, KindNames, Ref, family_names, keep_families
+from lpxtop.engine.gpu import energy_between
+from lpxtop.engine.scrape import (
+    BY_KIND,
+    KINDS,
+    Exposition,
+    KindNames,
+    NotPrometheusText,
+    Ref,
+    family_names,
+    keep_families,
+)
 from lpxtop.http import HttpClient
 from lpxtop.model.events import EngineEvent, GpuEvent, ScrapeEvent
 from lpxtop.model.gpu import GpuSnapshot

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
-from lpxtop.engine.source import Capabilities, LoadTest
+from lpxtop.engine import Capabilities, LoadTest
 from lpxtop.model.snapshot import Snapshot
 
 

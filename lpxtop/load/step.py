@@ -35,8 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from lpxtop.engine.probe import run_probe
-from lpxtop.engine.probe.clientlimit import LoopLag
+from lpxtop.engine.probe import LoopLag, run_probe
 from lpxtop.http import HttpClient
 from lpxtop.load.prompts import FreshStarts
 from lpxtop.load.schedule import arrival_gaps

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lpxtop.engine.window import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S
+from lpxtop.engine import DEFAULT_MAX_SAMPLES, DEFAULT_WINDOW_S
 from lpxtop.model.snapshot import Snapshot
 from lpxtop.record.codec import DecodeError, Decoder, record_types
 from lpxtop.record.records import KEYFRAME_TYPE, STREAM_TYPES, Mark

@@ -18,14 +18,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lpxtop.engine.agent import wants_agent
-from lpxtop.engine.agent.prober import agent_view, with_agent
-from lpxtop.engine.agent.window import AgentWindow
-from lpxtop.engine.gpu.accel.energy import REPLAY_LOOKBACK_S, EnergyMeter
-from lpxtop.engine.source import Capabilities
-from lpxtop.engine.traces.join import TraceJoin
-from lpxtop.engine.traces.views import with_chain
-from lpxtop.engine.window import EndpointWindow, Tally, server_kind
+from lpxtop.engine import Capabilities, EndpointWindow, Tally, server_kind
+from lpxtop.engine.agent import AgentWindow, agent_view, wants_agent, with_agent
+from lpxtop.engine.gpu import REPLAY_LOOKBACK_S, EnergyMeter
+from lpxtop.engine.traces import TraceJoin, with_chain
 from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.alerts import Alert
 from lpxtop.model.chain import ChainEvent

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from lpxtop.engine.traces.context import parse_traceparent
+from lpxtop.engine.traces import parse_traceparent
 from lpxtop.sim.records import SimRecord
 from lpxtop.sim.scheduler import SimRequest
 from lpxtop.sim.text import tokenize

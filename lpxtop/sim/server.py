@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from lpxtop.engine.traces.context import parse_traceparent
+from lpxtop.engine.traces import parse_traceparent
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.faults import FaultState
 from lpxtop.sim.handlers import SimHandlers

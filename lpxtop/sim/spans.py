@@ -26,8 +26,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from lpxtop.engine.traces import otlp
-from lpxtop.engine.traces.context import parse_traceparent, perf_to_wall_offset_ns
+from lpxtop.engine.traces import otlp, parse_traceparent, perf_to_wall_offset_ns
 
 log = logging.getLogger("lpxtop.sim")
 

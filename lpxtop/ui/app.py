@@ -22,8 +22,7 @@ from textual.filter import Monochrome
 from textual.screen import ModalScreen, Screen
 from textual.theme import Theme
 
-from lpxtop.engine.runner import PUBLISH_EVERY_S
-from lpxtop.engine.source import Capabilities, Recorder, SnapshotSource
+from lpxtop.engine import PUBLISH_EVERY_S, Capabilities, Recorder, SnapshotSource
 from lpxtop.model.snapshot import Snapshot
 from lpxtop.ui.formatting import merge_thresholds
 from lpxtop.ui.palette import Palette, monochrome_palette, palette_from_variables

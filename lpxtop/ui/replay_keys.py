@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from textual.binding import Binding
 
-from lpxtop.engine.source import Recorder, Timeline
+from lpxtop.engine import Recorder, Timeline
 from lpxtop.record.timeparse import HELP as TIME_FORMS
 from lpxtop.record.timeparse import format_moment
 from lpxtop.ui.screens.base import SnapshotScreen

@@ -42,3 +42,25 @@ def test_a_name_outside_the_face_is_an_attribute_error_and_submodules_still_impo
     from lpxtop.engine.system import actions  # a submodule, not in the face
 
     assert actions.__name__ == "lpxtop.engine.system.actions"
+
+
+def test_outside_the_engine_its_names_come_through_the_faces():
+    """Code outside lpxtop/engine imports the engine's names from lpxtop.engine or a wing's face, never from
+    one of their modules: the faces are what the rest of lpxtop may rely on."""
+    import ast
+    from pathlib import Path
+
+    faces = set(WINGS) - {"lpxtop.engine.gpu.accel"}
+    package = Path(importlib.import_module("lpxtop").__file__).parent
+    wrong = []
+    for path in sorted(package.rglob("*.py")):
+        if path.is_relative_to(package / "engine"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lpxtop.engine"):
+                if node.module not in faces:
+                    wrong.append(f"{path.relative_to(package.parent)}:{node.lineno} from {node.module}")
+            elif isinstance(node, ast.Import):
+                wrong += [f"{path.relative_to(package.parent)}:{node.lineno} import {a.name}" for a in node.names
+                          if a.name.startswith("lpxtop.engine.") and a.name not in faces]
+    assert not wrong, "\n".join(wrong)

@@ -34,6 +34,8 @@ __all__ = [
     "ToolSet",
     "agent_view",
     "chain_budget",
+    "check_tool_choice",
+    "deeper_than",
     "load_tool_set",
     "run_agent_step",
     "run_coze_step",
@@ -47,12 +49,13 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(__name__, {
     "lpxtop.engine.agent.prober": ("AgentProber", "agent_view", "with_agent"),
     "lpxtop.engine.agent.window": ("AgentWindow",),
-    "lpxtop.engine.agent.tools": ("ToolSet", "load_tool_set"),
+    "lpxtop.engine.agent.tools": ("ToolSet", "load_tool_set", "check_tool_choice"),
     "lpxtop.engine.agent.chain": ("chain_budget",),
     "lpxtop.engine.agent.step": ("run_agent_step",),
     "lpxtop.engine.agent.coze": ("run_coze_step",),
     "lpxtop.engine.agent.dify": ("run_dify_step",),
     "lpxtop.engine.agent.difyworkflow": ("run_dify_workflow_step",),
+    "lpxtop.engine.agent.schema": ("deeper_than",),
 })
 
 

@@ -14,12 +14,14 @@ __all__ = [
     "AcceleratorCollector",
     "EnergyMeter",
     "GpuCollector",
+    "REPLAY_LOOKBACK_S",
     "SimulatedGpuCollector",
+    "energy_between",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, {
     "lpxtop.engine.gpu.collector": ("GpuCollector",),
     "lpxtop.engine.gpu.simulated": ("SimulatedGpuCollector",),
     "lpxtop.engine.gpu.accel.collector": ("AcceleratorCollector",),
-    "lpxtop.engine.gpu.accel.energy": ("EnergyMeter",),
+    "lpxtop.engine.gpu.accel.energy": ("EnergyMeter", "energy_between", "REPLAY_LOOKBACK_S"),
 })

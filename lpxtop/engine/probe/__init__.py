@@ -29,17 +29,21 @@ from lpxtop.engine.probe.chat import (
     run_probe,
 )
 from lpxtop.engine.probe.chunks import ChunkSink
+from lpxtop.engine.probe.clientlimit import LoopLag, ThreadCpuWait
 from lpxtop.engine.probe.errors import StreamError
 from lpxtop.engine.probe.models import fetch_models
 from lpxtop.engine.probe.sink import StreamSink
-from lpxtop.engine.probe.stream import StreamOutcome, measured_stream, redirect_target
+from lpxtop.engine.probe.stream import TTFT_FROM, StreamOutcome, measured_stream, redirect_target
 from lpxtop.engine.probe.tracecontext import TraceContext, new_trace_context
 
 __all__ = [
+    "TTFT_FROM",
     "ChunkSink",
+    "LoopLag",
     "StreamError",
     "StreamOutcome",
     "StreamSink",
+    "ThreadCpuWait",
     "TraceContext",
     "build_body",
     "endpoint_path",

@@ -14,19 +14,23 @@ The names below are imported on first use (lpxtop/lazy.py).
 from lpxtop.lazy import lazy_exports
 
 __all__ = [
-    "KINDS",
+    "BY_KIND",
     "Exposition",
+    "KINDS",
     "KindNames",
     "MetricsTracker",
     "NotPrometheusText",
+    "Ref",
     "ServerScraper",
     "detect_kind",
+    "family_names",
+    "keep_families",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, {
     "lpxtop.engine.scrape.servers": ("ServerScraper",),
     "lpxtop.engine.scrape.kinds": ("detect_kind",),
-    "lpxtop.engine.scrape.metric_names": ("KINDS", "KindNames"),
+    "lpxtop.engine.scrape.metric_names": ("KINDS", "KindNames", "family_names", "Ref", "BY_KIND", "keep_families"),
     "lpxtop.engine.scrape.exposition": ("Exposition", "NotPrometheusText"),
     "lpxtop.engine.scrape.tracker": ("MetricsTracker",),
 })

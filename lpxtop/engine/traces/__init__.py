@@ -34,6 +34,13 @@ _WHERE = {
     "ChainFeed": "feed",  # the join beside an engine (what --traces-listen starts)
     "parse_traceparent": "context",  # a traceparent header -> ParentContext or None
     "same_host": "context",  # whether an endpoint URL is this machine (to-server is then measurable)
+    "perf_to_wall_offset_ns": "context",  # this process's perf_counter_ns -> wall-clock offset, for span times
+    "check_traces_table": "settings",  # the config file's [traces] table, checked
+    "add_traces_flags": "attach",  # --traces-listen / --traces-forward on a command's parser
+    "start_traces": "attach",  # the receiver and the join for a command, from its flags and file
+    "stop_traces": "attach",  # the receiver stopped, its process ended
+    "finish_once": "attach",  # `once`'s wait for the spans of its last requests
+    "with_chain": "views",  # an endpoint's view with its chain summary
 }
 
 __all__ = sorted(_WHERE)

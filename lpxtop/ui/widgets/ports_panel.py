@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from lpxtop.engine.system.shown import display_command, short_command
+from lpxtop.engine.system import display_command, short_command
 from lpxtop.humanize import UNKNOWN
 from lpxtop.model.ports import LeftoverProcess, PortStatus
 from lpxtop.ui.palette import Palette
