@@ -42,9 +42,12 @@ INTERVAL_MIN_S, INTERVAL_MAX_S = 0.25, 60.0
 # repaint is the UI's main cost: ~6 ms of CPU on a 2-core VM, so 1 s instead of 2 s adds ~0.25 % of a
 # core (`--refresh 1` asks for it). Keys repaint at once either way.
 REFRESH_S = 2.0
-# After `r`, the reset figures show this soon rather than at the next refresh: just after the engine's
-# next snapshot.
-POLL_AFTER_COMMAND_S = PUBLISH_EVERY_S + 0.1
+# After `r`, the reset figures show as soon as the engine publishes them rather than at the next refresh:
+# the snapshot is read every POLL_AFTER_COMMAND_S for COMMAND_POLLS reads (a read is an attribute read; a
+# repaint happens only for a new snapshot). The window is several of the engine's publishing periods, so a
+# busy machine that runs the engine's loop late still shows the reset within it.
+POLL_AFTER_COMMAND_S = 0.1
+COMMAND_POLLS = int(4 * PUBLISH_EVERY_S / POLL_AFTER_COMMAND_S)
 
 
 
@@ -296,7 +299,7 @@ class LpxtopApp(ReplayActions, App):
         controls.reset()
         self.notify("statistics reset", timeout=2)
         if self.poll_enabled:
-            self.set_timer(POLL_AFTER_COMMAND_S, self.poll, name="poll-after-reset")
+            self.set_interval(POLL_AFTER_COMMAND_S, self.poll, repeat=COMMAND_POLLS, name="poll-after-reset")
 
     def action_interval(self, direction: int) -> None:
         if self.timeline is not None:  # as the footer says: + slower, - faster

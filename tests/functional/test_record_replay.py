@@ -162,6 +162,20 @@ def screen_lines(app) -> list[str]:
     return [strip.text for strip in app.screen._compositor.render_strips()]
 
 
+async def settled_lines(app, pilot, timeout_s: float = 5.0) -> list[str]:
+    """The screen once it has stopped changing: the same lines over three pauses in a row, within `timeout_s`
+    (the strip under the table follows the cursor's row a message later, which a busy box may not have
+    handled after one pause)."""
+    deadline = time.monotonic() + timeout_s
+    lines, same = screen_lines(app), 0
+    while same < 3 and time.monotonic() < deadline:
+        await pilot.pause(0.05)
+        now = screen_lines(app)
+        same = same + 1 if now == lines else 0
+        lines = now
+    return lines
+
+
 async def test_the_replayed_dashboard_shows_what_the_live_one_showed_at_the_last_moment(recorded):
     """Pilot: the live dashboard on the engine's last snapshot, and the replay at that moment, side by side."""
     from lpxtop.engine.source import FixedSource
@@ -174,11 +188,9 @@ async def test_the_replayed_dashboard_shows_what_the_live_one_showed_at_the_last
     source.timeline.seek(last.wall_time)
     replay = create_app(source, poll=False, ssh=False)
     async with live.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        live_lines = screen_lines(live)
+        live_lines = await settled_lines(live, pilot)
     async with replay.run_test(size=(120, 42)) as pilot:  # two more rows: the time bar
-        await pilot.pause()
-        replay_lines = screen_lines(replay)
+        replay_lines = await settled_lines(replay, pilot)
     source.close()
     # Everything between the header and the footer: endpoints, strip, GPU, host, ports panels.
     assert replay_lines[1:39] == live_lines[1:39]
