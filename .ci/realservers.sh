@@ -19,6 +19,8 @@ t1=$SECONDS
 echo "realservers.sh: servers ready ($((t1 - t0)) s)"
 
 rc=0
-LPXTOP_REQUIRE_REALSERVERS=1 "$PY" -m pytest -m realserver tests/integration -q -rfEs "$@" || rc=$?
+# -n 0: one process (the main suite's addopts run four workers): the real servers are shared and each
+# test measures them, so the tests must not run beside one another.
+LPXTOP_REQUIRE_REALSERVERS=1 "$PY" -m pytest -n 0 -m realserver tests/integration -q -rfEs "$@" || rc=$?
 echo "realservers.sh: tests took $((SECONDS - t1)) s, pytest exit $rc"
 exit "$rc"

@@ -3,7 +3,7 @@
 These tests need the NVIDIA driver (libnvidia-ml.so.1 and libcuda.so.1) and skip cleanly without it,
 as on CI. Run them on a GPU machine with
 
-    python -m pytest -m gpu tests/gpu
+    python -m pytest -n 0 -m gpu tests/gpu
 
 GPU memory is taken by tests/gpu/cuda_holder.py, a child process that allocates through the CUDA
 driver API (no PyTorch needed). Nothing is mocked here: NVML, nvidia-smi, psutil, sockets and the

@@ -20,7 +20,9 @@ class Terminal:
     def __init__(self, *args: str) -> None:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        env = {**os.environ, "TERM": "xterm-256color", "LPXTOP_LOG": "DEBUG"}
+        # the size comes from the pty, not from COLUMNS and LINES (pytest-xdist's workers set them)
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        env.update(TERM="xterm-256color", LPXTOP_LOG="DEBUG")
         env.pop("TEXTUAL_DRIVER", None)
         self.proc = subprocess.Popen([sys.executable, "-m", "lpxtop", *args], stdin=slave, stdout=slave,
                                      stderr=slave, env=env, start_new_session=True, close_fds=True)
