@@ -165,6 +165,24 @@ async def test_help_on_the_load_screen_lists_its_keys():
         assert key in listed, key
 
 
+async def test_at_80x24_one_gives_the_steps_room_to_the_sweep_charts():
+    _, app = fixed_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        sweep = app.screen.query_one("#sweep-panel")
+        before = sweep.size.height
+        await pilot.press("1")
+        await pilot.pause()
+        await pilot.pause()
+        assert not app.screen.query_one("#load-panel").display
+        assert sweep.size.height > before and sweep.size.height >= 14, (before, sweep.size.height)
+        shown = "\n".join(screen_lines(app))
+        assert "Sweep" in shown and "TTFT" in shown, shown
+        await pilot.press("1")
+        await pilot.pause()
+        assert app.screen.query_one("#load-panel").display
+
+
 # Progress, warm-up, stable columns, marks, verdicts that are never cut, the done state
 
 

@@ -32,6 +32,8 @@ LOAD_KEY_HELP: tuple[tuple[str, str], ...] = (
     ("q / Ctrl+C", "stop the test at once and quit: the finished steps' report is written, the step under "
      "way is marked partial; once the test is done, quit and write the report"),
     ("?", "this help (Esc or ? closes it; ↑ ↓ PgUp PgDn scroll it)"),
+    ("1", "show or hide the steps table: the sweep charts take its room (on a 24-row terminal the table "
+     "fills the screen, and 1 shows the charts)"),
     ("2 3", "show or hide a panel: GPU, host (the charts take their room)"),
     ("t", "cycle the colour theme"),
 )
@@ -82,6 +84,7 @@ class LoadScreen(SnapshotScreen):
 
     BINDINGS = [
         Binding("q", "stop_test", "stop & quit"),  # Ctrl+C too: the app's priority binding calls `interrupt`
+        Binding("1", "toggle_panel('load-panel')", "steps", show=False),
         Binding("2", "toggle_panel('gpu-panel')", "GPU", show=False),
         Binding("3", "toggle_panel('host-panel')", "host", show=False),
     ]
@@ -136,6 +139,7 @@ class LoadScreen(SnapshotScreen):
         """Show what is not hidden (a short terminal sets the GPU and host aside for the charts, until 2 or
         3 brings one back); without a GPU, one line says why and the host panel takes the row."""
         room = not self.has_class("-short")
+        self.query_one("#load-panel").display = "load-panel" not in self._hidden
         gpu_wanted = room and "gpu-panel" not in self._hidden
         self.query_one("#gpu-panel").display = gpu_wanted and not self._no_gpu
         self.query_one("#gpu-line").display = gpu_wanted and self._no_gpu
@@ -196,9 +200,11 @@ class LoadScreen(SnapshotScreen):
         self.app.exit(return_code=INTERRUPTED if interrupted else 0)  # Ctrl-C: the shell's 130, as headless
 
     def action_toggle_panel(self, panel_id: str) -> None:
-        if self.has_class("-short"):  # the panels were set aside for room: bring this one back alone
+        if panel_id == "load-panel":  # the steps table: its room goes to the charts, whatever the height
+            self._hidden ^= {panel_id}
+        elif self.has_class("-short"):  # the panels were set aside for room: bring this one back alone
             self.remove_class("-short")
-            self._hidden = {"gpu-panel", "host-panel"} - {panel_id}
+            self._hidden = ({"gpu-panel", "host-panel"} - {panel_id}) | (self._hidden & {"load-panel"})
         else:
             self._hidden ^= {panel_id}
         self._apply_panels()
