@@ -219,12 +219,17 @@ def test_once_reports_the_server_across_the_run_from_scrapes_of_its_own():
     config = SimConfig(model="m", ttft_ms=10, itl_ms=2, max_num_seqs=8, wave_load=(4, 40))
     with start_sim_in_thread(config) as sim:
         ep = endpoint(sim.url, model="m", max_tokens=8)
-        snap = Engine([ep], scraper_factory=ServerScraper).collect_once(samples=4, timeout_s=30, interval_s=0.1)
+        # ~2 s of probing: the scrapes come at random gaps of 0.25 s on average, so a run of 4 quick probes
+        # (~0.5 s) had only 2 scrapes about one time in three
+        snap = Engine([ep], scraper_factory=ServerScraper).collect_once(samples=8, timeout_s=30, interval_s=0.25)
     view = snap.endpoints[0]
     summary = view.server_summary
-    assert view.probes_ok == 4 and summary is not None and summary.scrapes >= 3, summary
+    assert view.probes_ok == 8 and summary is not None and summary.scrapes >= 3, summary
     running = summary.requests_running
-    assert 4 <= running.mean <= 5 and running.max in (4, 5) and running.count == summary.scrapes
+    # Between two waves the batch is empty for about one engine step (~2 ms of each ~80 ms wave): a scrape
+    # may land there and read 0 running (about one run in ten on a busy machine). Allow one such scrape.
+    floor = 4 * (summary.scrapes - 1) / summary.scrapes
+    assert floor <= running.mean <= 5 and running.max in (4, 5) and running.count == summary.scrapes, running
     doc = view.to_json()["server_while_probing"]
     assert doc["scrapes"] == summary.scrapes and set(doc["requests_running"]) == {"last", "max", "mean"}
     assert doc["kv_cache_usage"]["max"] <= 1.0
