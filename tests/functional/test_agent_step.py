@@ -125,6 +125,7 @@ async def dify_steps(url: str, n: int, **kw):
                 for _ in range(n)]
 
 
+@pytest.mark.timing  # the client's stamps against the simulator's record: runs alone under pytest-xdist
 async def test_dify_times_match_the_record_and_the_apps_latency_is_beside_the_clients():
     with start_sim_in_thread(SimConfig(model="m", ttft_ms=10, itl_ms=3, dify_tool_latency_ms=25)) as sim:
         done = await dify_steps(sim.url, 6)

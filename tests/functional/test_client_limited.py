@@ -19,6 +19,8 @@ from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.support.sim import endpoint
 
+pytestmark = pytest.mark.timing  # measures time against tolerances: runs alone under pytest-xdist
+
 HOLD_S = 0.03
 
 

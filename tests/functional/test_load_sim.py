@@ -13,7 +13,7 @@ from lpxtop.sim.records import token_times_ns
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.support.load_runs import plan_for, run_plan
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.timing]  # measures time against tolerances: runs alone under pytest-xdist
 
 
 def test_capacity_search_finds_the_concurrency_the_simulator_serves_within_the_slo():

@@ -17,7 +17,7 @@ from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.support.load_runs import plan_for, run_plan
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]  # measures time against tolerances: runs alone under pytest-xdist
 SIM = dict(max_num_seqs=8, itl_ms=30.0, ttft_ms=5.0, batch_factor=0.0, prefill_ms_per_token=0.0, jitter=0.0)
 TOKENS = 24  # ~0.7 s a request at 30 ms a token
 

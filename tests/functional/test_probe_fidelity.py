@@ -10,6 +10,8 @@ from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.support.sim import endpoint, fidelity_errors, p
 
+pytestmark = pytest.mark.timing  # measures time against tolerances: runs alone under pytest-xdist
+
 TOLERANCE_MS = 3.0
 
 

@@ -16,6 +16,8 @@ from lpxtop.model.probe import ERROR_KINDS
 from tests.support.hostile import HostileServer, Reply
 from tests.support.sim import endpoint
 
+pytestmark = pytest.mark.timing  # measures time against tolerances: runs alone under pytest-xdist
+
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 
 

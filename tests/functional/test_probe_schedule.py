@@ -20,6 +20,8 @@ from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.support.sim import endpoint
 
+pytestmark = pytest.mark.timing  # measures time against tolerances: runs alone under pytest-xdist
+
 PROBES = 30
 MEAN_GAP_S = 0.05
 ALPHA = 1e-4  # the chance the test may fail on a correct schedule (DKW bound below)

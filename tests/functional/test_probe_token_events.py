@@ -21,6 +21,8 @@ from tests.support.hostile import HostileServer, Reply
 from tests.support.paths import FIXTURES
 from tests.support.sim import endpoint, fidelity_errors, p
 
+pytestmark = pytest.mark.timing  # measures time against tolerances: runs alone under pytest-xdist
+
 VLLM = (FIXTURES / "sse" / "vllm-0.32.0-chat-stream-include-usage.txt").read_bytes()
 LLAMA = (FIXTURES / "sse" / "llamacpp-server-0c1e5709-chat-stream-include-usage.txt").read_bytes()
 TOLERANCE_MS = 3.0

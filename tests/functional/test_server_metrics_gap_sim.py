@@ -30,6 +30,8 @@ from lpxtop.model.server_gap import ttft_gap
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 
+pytestmark = pytest.mark.timing  # measures time against tolerances: runs alone under pytest-xdist
+
 # The sim's handler wakes up and writes a little after its engine observes the TTFT: the record's
 # truth and the histogram's clock differ by that (sub-millisecond idle; more with both cores loaded).
 TOLERANCE_MS = 3.0

@@ -33,7 +33,7 @@ from tests.support.http_servers import raw_server, read_request
 from tests.support.paths import REPO
 from tests.support.sim import endpoint, fidelity_errors, p
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]  # measures time against tolerances: runs alone under pytest-xdist
 
 
 
