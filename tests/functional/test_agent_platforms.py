@@ -19,7 +19,7 @@ from lpxtop.sim.difyworkflow import NODES
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.support.sim import endpoint, p
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.timing]  # measures time against tolerances: runs alone under pytest-xdist
 
 TOLERANCE_MS = 3.0  # every figure's median error against the record
 NODE_ELAPSED_MS = 1.0  # a node's platform time: the very number the sim sent

@@ -213,6 +213,7 @@ def test_send_usage_false_ignores_include_usage(client: httpx.Client) -> None:
     assert result.events[-1][1] == "[DONE]"
 
 
+@pytest.mark.timing  # the sim's write times a few ms apart: runs alone under pytest-xdist
 @pytest.mark.parametrize("role_chunk_at", ["received", "admitted", "first_token"])
 def test_role_chunk_timing(client: httpx.Client, role_chunk_at: str) -> None:
     # One slot: the second request waits ~20 steps of 5 ms for the first to finish.
