@@ -1,6 +1,7 @@
 """Tests that measure time against a tolerance run alone, also when pytest-xdist runs the suite in workers.
 
-A test marked `timing` holds an exclusive lock while it runs (set-up, call and tear-down); every other test
+A test marked `timing` holds an exclusive lock while it runs (set-up, call and tear-down; tests/conftest.py
+keeps it held across consecutive timing tests, which one worker runs as an xdist group); every other test
 holds the same lock shared. So a timing test starts only once the tests under way in the other workers
 have ended, and none starts beside it: it measures on a machine as quiet as a one-process run gives it.
 A second lock, the turnstile, makes the exclusive request first in line: a worker asking for the shared
