@@ -7,6 +7,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.widget import Widget
 from textual.widgets import Label, Static
 
 from lpxtop.humanize import UNKNOWN, fmt_ago, fmt_signed_ms
@@ -27,13 +28,14 @@ class EndpointStrip(Vertical):
         self._queue: list[float] | None = None
         self._info_key: tuple | None = None
         self._error_key: tuple | None = None
+        self.add_class("-flat", update=False)  # empty until the first data: no restyle to show that
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="strip-row"):
             yield Label("TTFT", classes="strip-label")
-            yield SparkBars(id="spark-ttft")
+            yield SparkBars(id="spark-ttft", classes="-empty")
             yield Label("queue", classes="strip-label")
-            yield SparkBars(id="spark-queue")
+            yield SparkBars(id="spark-queue", classes="-empty")
             yield Static("", id="strip-info")
         yield Static("", id="strip-error")
 
@@ -45,17 +47,20 @@ class EndpointStrip(Vertical):
             if view
             else []
         )
+        restyle = False  # one restyle of the strip for every class that changed, not one per class
         if ttft != self._ttft or force:
             self._ttft = ttft
             spark = self.query_one("#spark-ttft", SparkBars)
             spark.data = ttft
-            spark.set_class(not ttft, "-empty")
+            restyle |= _switch_class(spark, "-empty", not ttft)
         if queue != self._queue or force:
             self._queue = queue
             spark = self.query_one("#spark-queue", SparkBars)
             spark.data = queue
-            spark.set_class(not queue, "-empty")
-        self.set_class(not ttft and not queue, "-flat")
+            restyle |= _switch_class(spark, "-empty", not queue)
+        restyle |= _switch_class(self, "-flat", not ttft and not queue)
+        if restyle:
+            self.update_node_styles()
         info = self.query_one("#strip-info", Static)
         width = info.content_size.width
         info_key = (view.name, view.ttft_gap, bool(view.last_error), id(palette), width) if view else None
@@ -111,3 +116,11 @@ def error_line(error: str, ago: str, palette: Palette) -> Text:
     if ago != UNKNOWN:  # a source that keeps no time (the fleet view) says nothing of it
         text.append(f" ({ago})", style=palette.muted)
     return text
+
+
+def _switch_class(node: Widget, name: str, on: bool) -> bool:
+    """Set or clear class `name` on `node` without restyling it; True when that changed anything."""
+    if node.has_class(name) == on:
+        return False
+    node.set_class(on, name, update=False)
+    return True
