@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from lpxtop.engine.gpu.accel.energy import EnergyMeter
 from lpxtop.http import HttpClient
 from lpxtop.model.endpoint import EndpointConfig
-from lpxtop.model.events import EngineEvent, GpuEvent, SystemEvent
+from lpxtop.model.events import GpuEvent, SystemEvent
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.host import HostSnapshot
 from lpxtop.model.ports import LeftoverProcess, PortStatus, endpoints_by_pid, endpoints_by_process
@@ -24,6 +24,7 @@ from lpxtop.model.ports import LeftoverProcess, PortStatus, endpoints_by_pid, en
 if TYPE_CHECKING:
     from lpxtop.engine.endpoints import EndpointState
     from lpxtop.engine.runner import EngineSettings
+    from lpxtop.model.events import EngineEvent
 
 log = logging.getLogger("lpxtop.engine")
 

@@ -26,9 +26,8 @@ from lpxtop.engine.probe.schedule import next_gap
 from lpxtop.engine.window import EndpointWindow, server_kind
 from lpxtop.http import HttpClient
 from lpxtop.loopthread import LoopThread
-from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.endpoint import EndpointConfig
-from lpxtop.model.events import EngineEvent, SampleEvent, ScrapeEvent
+from lpxtop.model.events import SampleEvent, ScrapeEvent
 from lpxtop.model.probe import Sample
 from lpxtop.model.server import ServerMetrics
 from lpxtop.model.snapshot import EndpointView
@@ -37,6 +36,7 @@ from lpxtop.textsafe import scrub
 if TYPE_CHECKING:
     from lpxtop.engine.agent.prober import AgentProber
     from lpxtop.engine.runner import EngineSettings
+    from lpxtop.model.events import EngineEvent
 
 log = logging.getLogger("lpxtop.engine")
 
@@ -294,6 +294,10 @@ class EndpointLoops:
         state.changed()
         self._dirty = True
         if self._listeners:
+            from lpxtop.model.agent import (
+                AgentStepEvent,  # loaded with the agent probe, not before the first frame
+            )
+
             self._emit(AgentStepEvent(state.config.name, step))
 
     async def _scrape_loop(self, state: EndpointState, client: HttpClient) -> None:

@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lpxtop import __version__
 from lpxtop.engine.agent import wants_chat
@@ -42,11 +42,14 @@ from lpxtop.http import HttpClient
 from lpxtop.loopthread import LoopThread
 from lpxtop.model.alerts import Alert
 from lpxtop.model.endpoint import EndpointConfig
-from lpxtop.model.events import AlertsEvent, ControlEvent, EngineEvent, SnapshotEvent
+from lpxtop.model.events import AlertsEvent, ControlEvent, SnapshotEvent
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.host import HostSnapshot
 from lpxtop.model.ports import LeftoverProcess, PortStatus
 from lpxtop.model.snapshot import EndpointView, Snapshot
+
+if TYPE_CHECKING:
+    from lpxtop.model.events import EngineEvent
 
 log = logging.getLogger("lpxtop.engine")
 

@@ -8,7 +8,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import choose_encoder
@@ -26,8 +26,10 @@ from lpxtop.export.probe import (
 from lpxtop.export.server import LANDING, TICK_S, ExporterHttpServer
 from lpxtop.export.settings import ExporterSettings
 from lpxtop.export.state import DRAIN_AT, ExportState
-from lpxtop.model.events import EngineEvent
 from lpxtop.model.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from lpxtop.model.events import EngineEvent
 
 log = logging.getLogger("lpxtop.export")
 

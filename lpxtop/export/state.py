@@ -18,15 +18,19 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from prometheus_client import Histogram
 
 from lpxtop.export.settings import DEFAULT_BUCKETS
 from lpxtop.model.agent import BEHAVIOUR_KINDS, AgentStep, AgentStepEvent
 from lpxtop.model.chain import ChainEvent, JoinedRequest
-from lpxtop.model.events import EngineEvent, SampleEvent
+from lpxtop.model.events import SampleEvent
 from lpxtop.model.probe import ERROR_KINDS, Sample
 from lpxtop.model.snapshot import EndpointView
+
+if TYPE_CHECKING:
+    from lpxtop.model.events import EngineEvent
 
 MEASURES = ("ttft", "itl", "tpot", "e2e")
 DEFAULT_CHAIN_BUCKETS = DEFAULT_BUCKETS["chain"]

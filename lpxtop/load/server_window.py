@@ -17,6 +17,7 @@ import math
 import threading
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lpxtop.engine.gpu import energy_between
 from lpxtop.engine.scrape import (
@@ -30,11 +31,14 @@ from lpxtop.engine.scrape import (
     keep_families,
 )
 from lpxtop.http import HttpClient
-from lpxtop.model.events import EngineEvent, GpuEvent, ScrapeEvent
+from lpxtop.model.events import GpuEvent, ScrapeEvent
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.load import ServerDuringStep
 from lpxtop.model.server import ServerMetrics
 from lpxtop.numbers import is_finite
+
+if TYPE_CHECKING:
+    from lpxtop.model.events import EngineEvent
 
 READ_TIMEOUT_S = 5.0
 MAX_METRICS_BYTES = 8 * 1024 * 1024

@@ -10,10 +10,9 @@ a listener that raises is logged and dropped, so it cannot stop probing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from lpxtop.model.agent import AgentStepEvent
 from lpxtop.model.alerts import Alert
-from lpxtop.model.chain import ChainEvent
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.host import HostSnapshot
 from lpxtop.model.ports import LeftoverProcess, PortStatus
@@ -81,7 +80,11 @@ class ControlEvent:
     value: float | bool | None = None
 
 
-EngineEvent = (
-    SampleEvent | ScrapeEvent | GpuEvent | SystemEvent | SnapshotEvent | AlertsEvent | ControlEvent
-    | AgentStepEvent | ChainEvent
-)
+if TYPE_CHECKING:  # a type for annotations: the agent and chain records load only where they are made
+    from lpxtop.model.agent import AgentStepEvent
+    from lpxtop.model.chain import ChainEvent
+
+    EngineEvent = (
+        SampleEvent | ScrapeEvent | GpuEvent | SystemEvent | SnapshotEvent | AlertsEvent | ControlEvent
+        | AgentStepEvent | ChainEvent
+    )

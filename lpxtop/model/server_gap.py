@@ -30,10 +30,13 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from lpxtop.model.chain import ChainSummary
 from lpxtop.model.probe import Sample
 from lpxtop.model.server import ServerMetrics
+
+if TYPE_CHECKING:
+    from lpxtop.model.chain import ChainSummary
 
 MAX_RANGE_MS = 20.0  # a window_means gap is shown only when the server's TTFTs fit in a range this narrow
 QUEUED_MS = 1.0  # a mean queue time above this says the server queued requests in the window

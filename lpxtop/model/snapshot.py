@@ -5,19 +5,32 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-from lpxtop.model.agent import AgentView
+from lpxtop.lazy import lazy_exports
 from lpxtop.model.alerts import Alert
-from lpxtop.model.chain import ChainSummary
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.energy import EndpointEnergy
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.host import HostSnapshot
-from lpxtop.model.load import LoadState
 from lpxtop.model.ports import LeftoverProcess, PortStatus
 from lpxtop.model.probe import Percentiles, Sample
 from lpxtop.model.server import ServerMetrics
 from lpxtop.model.server_gap import TtftGap, ttft_gap
+
+if TYPE_CHECKING:
+    from lpxtop.model.agent import AgentView
+    from lpxtop.model.chain import ChainSummary
+    from lpxtop.model.load import LoadState
+
+# The records of the agent probe, the latency chain and the load test, which only some snapshots carry, load
+# when first asked for (the dashboard's first frame does not wait for them); their names still resolve here
+# on demand, for the recordings' codec that reads this module's annotations (lpxtop/record/codec.py).
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "lpxtop.model.agent": ("AgentView",),
+    "lpxtop.model.chain": ("ChainSummary",),
+    "lpxtop.model.load": ("LoadState",),
+})
 
 SCHEMA = 1
 

@@ -15,6 +15,7 @@ records, an optional value, a mapping. Text goes through a filter on the way in 
 from __future__ import annotations
 
 import dataclasses
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -112,8 +113,31 @@ _HINTS: dict[type, dict[str, Any]] = {}
 def _hints(cls: type) -> dict[str, Any]:
     hints = _HINTS.get(cls)
     if hints is None:
-        hints = _HINTS[cls] = typing.get_type_hints(cls)
+        try:
+            hints = typing.get_type_hints(cls)
+        except NameError:  # an annotation names a record its module loads on first use (lpxtop/lazy.py)
+            hints = typing.get_type_hints(cls, localns=_OnDemand(sys.modules[cls.__module__]))
+        _HINTS[cls] = hints
     return hints
+
+
+class _OnDemand(Mapping[str, Any]):
+    """A module's names as `eval` locals, including those its `__getattr__` provides on first use."""
+
+    def __init__(self, module: types.ModuleType) -> None:
+        self._module = module
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return getattr(self._module, name)
+        except AttributeError:
+            raise KeyError(name) from None
+
+    def __iter__(self) -> typing.Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
 
 
 class DecodeError(ValueError):

@@ -30,27 +30,6 @@ HEADLINES = {
 }
 
 
-def step_cell(view: EndpointView) -> tuple[str, str]:
-    """The main table's `Step50/95` text and level; empty for an endpoint without the agent probe."""
-    agent = view.agent
-    if agent is None:
-        return "", "ok"
-    if agent.step_ms is None:
-        return UNKNOWN, "unknown"
-    return fmt_pair_ms(agent.step_ms.p50, agent.step_ms.p95), "ok"
-
-
-def fmt_pair_ms(low: float, high: float) -> str:
-    """Two times (low ≤ high) in at most 9 characters: 142/318, 0.9/2.4s, 12/46s, 2/17m."""
-    if high < 999.5:
-        return f"{fmt_ms(low)}/{fmt_ms(high)}"
-    if high < 9_950:
-        return f"{low / 1000:.1f}/{high / 1000:.1f}s"
-    if high < 99_500:
-        return f"{low / 1000:.0f}/{high / 1000:.0f}s"
-    return f"{low / 60_000:.0f}/{high / 60_000:.0f}m"
-
-
 def _with_unit(value: float) -> str:
     text = fmt_ms(value)
     return text if text.endswith("s") else f"{text} ms"

@@ -11,7 +11,6 @@ from lpxtop.humanize import UNKNOWN, fmt_bytes, fmt_count, fmt_ms, fmt_pct, fmt_
 from lpxtop.model.snapshot import EndpointView
 from lpxtop.ui.formatting import level, spark_text
 from lpxtop.ui.palette import Palette
-from lpxtop.ui.widgets.agent_panel import step_cell
 from lpxtop.ui.widgets.row_table import COLUMN_PADDING, RowTable, TableCell, TableColumn
 
 STATUS_SYMBOLS = {"up": "●", "degraded": "◐", "down": "✖", "pending": "…"}
@@ -63,6 +62,27 @@ def ttft_trend(view: EndpointView) -> list[float | None]:
     """TTFT per probe in the window, None for failed probes (a gap in the sparkline)."""
     return [s.ttft_ms if s.ok else None for s in view.samples]
 
+
+
+def step_cell(view: EndpointView) -> tuple[str, str]:
+    """The main table's `Step50/95` text and level; empty for an endpoint without the agent probe."""
+    agent = view.agent
+    if agent is None:
+        return "", "ok"
+    if agent.step_ms is None:
+        return UNKNOWN, "unknown"
+    return fmt_pair_ms(agent.step_ms.p50, agent.step_ms.p95), "ok"
+
+
+def fmt_pair_ms(low: float, high: float) -> str:
+    """Two times (low ≤ high) in at most 9 characters: 142/318, 0.9/2.4s, 12/46s, 2/17m."""
+    if high < 999.5:
+        return f"{fmt_ms(low)}/{fmt_ms(high)}"
+    if high < 9_950:
+        return f"{low / 1000:.1f}/{high / 1000:.1f}s"
+    if high < 99_500:
+        return f"{low / 1000:.0f}/{high / 1000:.0f}s"
+    return f"{low / 60_000:.0f}/{high / 60_000:.0f}m"
 
 @dataclass(frozen=True)
 class Cell:
