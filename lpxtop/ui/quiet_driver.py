@@ -8,6 +8,10 @@ the key parser is waiting for (a lone Escape is a key only once no sequence foll
 
 It reads the parser's pending deadline (`_timeout_time`), a private attribute of the pinned Textual
 release; without it, it polls as Textual does.
+
+It also takes the terminal's size from the terminal itself, as htop and nvitop do: Textual asks
+`shutil.get_terminal_size`, which prefers $COLUMNS and $LINES, and a shell that exported them at one size
+would leave the dashboard at that size through every resize.
 """
 
 from __future__ import annotations
@@ -39,6 +43,16 @@ class QuietLinuxDriver(LinuxDriver):
         os.set_blocking(self._wake_w, False)
         self.input_wakeups = 0  # how often the input thread woke up (logged at close, for tests and curious users)
         self._input_seconds = 0.0
+
+    def _get_terminal_size(self) -> tuple[int, int]:
+        for fd in (self._file.fileno(), self.fileno):  # the terminal Textual draws on, then its input
+            try:
+                size = os.get_terminal_size(fd)
+            except (AttributeError, ValueError, OSError):
+                continue
+            if size.columns > 0 and size.lines > 0:
+                return size.columns, size.lines
+        return super()._get_terminal_size()
 
     def disable_input(self) -> None:
         # Wake the thread first: Textual sets the exit flag and joins the thread right after.

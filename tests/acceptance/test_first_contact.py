@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -294,6 +294,18 @@ def test_ctrl_c_quits_the_dashboard_from_the_detail_screen(terminal, sim):
     term.wait_for(f"127.0.0.1:{sim.port}", "endpoints ●1")
     term.keys("Enter")
     quits_on_ctrl_c(term, lambda s: "Errors" in s and "Charts" in s)
+
+
+def test_the_terminal_decides_the_size_whatever_columns_and_lines_say(terminal, sim):
+    # a shell that exported COLUMNS and LINES at 80x24: the dashboard takes the terminal's size, and follows it
+    term = terminal(sim.url, "--no-discover", cols=120, rows=40, env={"COLUMNS": "80", "LINES": "24"})
+
+    def panel_across(width: int) -> Callable[[str], bool]:
+        return lambda s: any(line.startswith("╭─ Endpoints") and len(line.rstrip()) == width for line in s.splitlines())
+
+    term.wait_until(panel_across(120), "the endpoints panel across 120 columns")
+    term.resize(100, 30)
+    term.wait_until(panel_across(100), "the endpoints panel across 100 columns after a resize")
 
 
 def test_ctrl_c_quits_a_replay(terminal):

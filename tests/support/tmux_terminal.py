@@ -136,10 +136,11 @@ class Terminal:
         self._conf = str(conf)
         self._env = {**os.environ, **(env or {})}
         self._env.pop("TMUX", None)  # never attach to the tmux this test may run inside
-        # The size comes from the terminal: COLUMNS and LINES (pytest-xdist's workers set 80 and 24) would
-        # override it in the program, which would then ignore every resize.
-        self._env.pop("COLUMNS", None)
-        self._env.pop("LINES", None)
+        # The size comes from the terminal: COLUMNS and LINES (pytest-xdist's workers set 80 and 24) go, unless
+        # a test sets them itself (lpxtop's dashboard reads the terminal's size whatever they say).
+        for name in ("COLUMNS", "LINES"):
+            if name not in (env or {}):
+                self._env.pop(name, None)
         # The exit status goes to a file: tmux 3.3 sometimes reports a pane dead with no status when the
         # program exits within moments of starting (a usage error), so its own `pane_dead_status` is not used.
         self._status = Path(self._dir.name) / "exit-status"
