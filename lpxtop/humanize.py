@@ -50,6 +50,17 @@ def fmt_signed_ms(value: float | None) -> str:
     return sign + fmt_ms(abs(value))
 
 
+def fmt_pair_ms(low: float, high: float) -> str:
+    """Two times (low ≤ high) in at most 9 characters: 142/318, 0.9/2.4s, 12/46s, 2/17m."""
+    if high < 999.5:
+        return f"{fmt_ms(low)}/{fmt_ms(high)}"
+    if high < 9_950:
+        return f"{low / 1000:.1f}/{high / 1000:.1f}s"
+    if high < 99_500:
+        return f"{low / 1000:.0f}/{high / 1000:.0f}s"
+    return f"{low / 60_000:.0f}/{high / 60_000:.0f}m"
+
+
 def fmt_rate(value: float | None) -> str:
     """Tokens per second: 8.4, 84.2, 842, 1.2k."""
     value = known(value)

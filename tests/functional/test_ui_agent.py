@@ -8,9 +8,10 @@ from dataclasses import replace
 import pytest
 from rich.style import Style
 
+from lpxtop.humanize import fmt_pair_ms
 from lpxtop.ui.palette import Palette
 from lpxtop.ui.widgets.agent_panel import AgentPanel, breakdown_bar, render_agent
-from lpxtop.ui.widgets.endpoints_table import EndpointsTable, columns_for_width, error_pct, fmt_pair_ms
+from lpxtop.ui.widgets.endpoints_table import EndpointsTable, columns_for_width, error_pct
 from lpxtop.ui.widgets.waterfall import render_waterfall, rows_of, shown_step
 from tests.support.agent_snapshot_data import agent_snapshot, platform_snapshot
 from tests.support.snapshot_data import NOW

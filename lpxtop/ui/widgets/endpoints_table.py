@@ -7,7 +7,16 @@ from dataclasses import dataclass, replace
 
 from textual.binding import Binding
 
-from lpxtop.humanize import UNKNOWN, fmt_bytes, fmt_count, fmt_ms, fmt_pct, fmt_rate, fmt_signed_ms
+from lpxtop.humanize import (
+    UNKNOWN,
+    fmt_bytes,
+    fmt_count,
+    fmt_ms,
+    fmt_pair_ms,
+    fmt_pct,
+    fmt_rate,
+    fmt_signed_ms,
+)
 from lpxtop.model.snapshot import EndpointView
 from lpxtop.ui.formatting import level, spark_text
 from lpxtop.ui.palette import Palette
@@ -73,16 +82,6 @@ def step_cell(view: EndpointView) -> tuple[str, str]:
         return UNKNOWN, "unknown"
     return fmt_pair_ms(agent.step_ms.p50, agent.step_ms.p95), "ok"
 
-
-def fmt_pair_ms(low: float, high: float) -> str:
-    """Two times (low ≤ high) in at most 9 characters: 142/318, 0.9/2.4s, 12/46s, 2/17m."""
-    if high < 999.5:
-        return f"{fmt_ms(low)}/{fmt_ms(high)}"
-    if high < 9_950:
-        return f"{low / 1000:.1f}/{high / 1000:.1f}s"
-    if high < 99_500:
-        return f"{low / 1000:.0f}/{high / 1000:.0f}s"
-    return f"{low / 60_000:.0f}/{high / 60_000:.0f}m"
 
 @dataclass(frozen=True)
 class Cell:
