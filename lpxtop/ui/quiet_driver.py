@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import selectors
+import sys
 import time
 from codecs import getincrementaldecoder
 from typing import Any
@@ -45,10 +46,10 @@ class QuietLinuxDriver(LinuxDriver):
         self._input_seconds = 0.0
 
     def _get_terminal_size(self) -> tuple[int, int]:
-        for fd in (self._file.fileno(), self.fileno):  # the terminal Textual draws on, then its input
+        for stream in (self._file, sys.__stdin__):  # the terminal Textual draws on, then its input
             try:
-                size = os.get_terminal_size(fd)
-            except (AttributeError, ValueError, OSError):
+                size = os.get_terminal_size(stream.fileno())
+            except (AttributeError, ValueError, OSError):  # no stream, a closed one, or not a terminal
                 continue
             if size.columns > 0 and size.lines > 0:
                 return size.columns, size.lines
