@@ -313,10 +313,12 @@ def figures(result: dict, idx: Sequence[int]) -> dict:
     }
 
 
-def sample_spread(result: dict, n: int, seed: int = 1) -> dict:
-    """How much each figure moves in a sample of `n` requests drawn from the benchmark's own (lpxtop's probe
-    sample is that small): the 5th and 95th percentile of the figure over SUBSAMPLES draws."""
-    idx = [i for i in range(len(result["start_times"])) if _ok(result, i)]
+def sample_spread(result: dict, n: int, seed: int = 1, window: tuple[float, float] | None = None) -> dict:
+    """How much each figure moves in a sample of `n` requests drawn from the benchmark's own (those that started
+    within `window`; lpxtop's probe sample is that small): the 5th and 95th percentile of the figure over
+    SUBSAMPLES draws."""
+    idx = [i for i, start in enumerate(result["start_times"])
+           if _ok(result, i) and (window is None or window[0] <= start <= window[1])]
     if len(idx) < 2 or n < 2:
         return {}
     rng = random.Random(seed)
@@ -490,6 +492,9 @@ def measure(origin: str, c: int, args: argparse.Namespace, passthrough: MetricsP
         "bench_alone": {**alone_all, "concurrency": c + 1, "failed": alone.result["failed"],
                         "output_throughput": alone.result["output_throughput"]},
         "spread_at_probe_sample": sample_spread(alone.result, ours["probes_ok"] or args.probes),
+        # the same for the requests beside lpxtop's: with slow prefills their TPOT is two-humped (with and
+        # without a prefill in their decode), and a p50 of ~30 of them jumps between the humps
+        "spread_beside": sample_spread(beside.result, ours["probes_ok"] or args.probes, window=window),
         "server_direct": direct,
         "metrics_pages_passed": passthrough.count,
         "notes": notes,

@@ -45,12 +45,16 @@ TPOT p50 +-0.4 ms. Against the run alone at C+1: ITL p50 -0.5..+0.8 ms, TPOT p50
 minus the server's: +2.6..+4.9 ms (and -2.7..+7.1 in a run at C = 1, 2, 4 and 8 with 40 probes, where the
 window's edges cut the benchmark's requests less cleanly).
 
-Each tolerance is a few times the largest difference seen, and at least the sample's own spread: √2
-times the 5th-95th percentile width of a probe-sized sample of the benchmark's requests (the run alone),
-about 3.3 standard deviations of the difference between two such samples. On the quiet box that width is
-a few ms and the fixed tolerances rule; on a slow or busy machine (CI, 2026-12-02: ITL 37 ms instead of 9,
-TTFT ~1 s, a 30-request TPOT p50 moving 36.5-45.8 ms) the samples' own spread does, instead of failing on
-noise.
+Each tolerance is a few times the largest difference seen, and at least the samples' own spread: √2
+times the 5th-95th percentile width of a probe-sized sample of the benchmark's requests (the run alone, and
+for a comparison with the requests beside lpxtop's, those too, the wider of the two), about 3.3 standard
+deviations of the difference between two such samples. On the quiet box that width is a few ms and the fixed
+tolerances rule; on a slow or busy machine (CI, 2026-12-02: ITL 37 ms instead of 9, TTFT ~1 s, a 30-request
+TPOT p50 moving 36.5-45.8 ms) the samples' own spread does, instead of failing on noise. The requests beside
+lpxtop's need their own: with prefills that slow, a request's TPOT depends on whether another's prefill fell
+into its decode, and the two humps are far apart (the development VM, 2026-12-06, C = 1: 25-33 ms without, 46-62
+ms with; a 30-request p50 moved 38.5-51.6 ms, while the run alone's moved 44.1-48.8), so lpxtop's 42.1 against
+the benchmark's 52.1 was noise, not a difference in what the two clients measure.
 
 At C = 2 the probe's TTFT p50 is held below the run alone at C+1 (three phase-locked clients prefilling
 together), not below the two benchmark clients beside it: on the quiet box it was below both, but on the
@@ -139,10 +143,14 @@ def test_lpxtop_agrees_with_vllm_bench_serve(vllm_4_slots, tmp_path) -> None:
         check(row)
 
 
-def noise(row: dict, key: str) -> float:
-    """√2 times the 5th-95th percentile width of a probe-sized sample's `key` (see the module's docstring)."""
-    lo_hi = (row.get("spread_at_probe_sample") or {}).get(key)
-    return math.sqrt(2.0) * (lo_hi[1] - lo_hi[0]) if lo_hi else 0.0
+def noise(row: dict, key: str, spreads: tuple[str, ...] = ("spread_at_probe_sample",)) -> float:
+    """√2 times the 5th-95th percentile width of a probe-sized sample's `key`, the widest of `spreads` (see the
+    module's docstring)."""
+    widths = [lo_hi[1] - lo_hi[0] for name in spreads if (lo_hi := (row.get(name) or {}).get(key))]
+    return math.sqrt(2.0) * max(widths, default=0.0)
+
+
+BESIDE = ("spread_at_probe_sample", "spread_beside")  # against the benchmark beside: its own requests' spread too
 
 
 def check(row: dict) -> None:
@@ -160,13 +168,13 @@ def check(row: dict) -> None:
     outside = direct["clients"]["mean_ms"] - ours["server_ttft_mean_ms"]
     assert OUTSIDE_MS[0] <= outside <= OUTSIDE_MS[1], (outside, where)
     for key, tol in TOLERANCES.items():
-        allowed = max(tol(beside[key]), noise(row, key))
+        allowed = max(tol(beside[key]), noise(row, key, BESIDE))
         assert abs(ours[key] - beside[key]) <= allowed, (key, ours[key], beside[key], where)
     for key in ("itl_p50", "tpot_p50"):
         allowed = max(ALONE_REL * alone[key], noise(row, key))
         assert abs(ours[key] - alone[key]) <= allowed, (key, ours[key], alone[key], where)
     if c == 1:
-        allowed = max(ttft_p50_tol(beside["ttft_p50"]), noise(row, "ttft_p50"))
+        allowed = max(ttft_p50_tol(beside["ttft_p50"]), noise(row, "ttft_p50", BESIDE))
         assert abs(ours["ttft_p50"] - beside["ttft_p50"]) <= allowed, where
         v = beside["ttft_p95"]
         assert ours["ttft_p95"] >= v - ttft_p95_below(v), where
