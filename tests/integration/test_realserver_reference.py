@@ -12,7 +12,10 @@ for "lpxtop's probe is one more client". Asserted, with the tolerances below:
 - TTFT p50 and p95 agree with the benchmark's at C = 1 in the same run: one benchmark client and the
   probe, each arriving at moments that have nothing to do with the other's, each finding the other's
   request decoding; at C = 2 the probe's TTFT p50 is not above the benchmark clients';
-- ITL p50 and TPOT p50 lie near the run alone at C+1 (another run: the server's speed drifts);
+- ITL p50 and TPOT p50 lie near the run alone at C+1 (another run: the server's speed drifts), when the
+  benchmark agrees with itself across the two runs (its ITL p50 within 30 %; on the development VM,
+  2026-12-06, it read 104.9 ms alone at C+1 = 3 and 47.3 ms beside lpxtop at C = 2 minutes later, lpxtop
+  47.4 ms: the machine, not a client, had changed speed);
 - the clients' mean TTFT over the server's window exceeds the server's own mean by a few ms (the time
   outside vLLM's TTFT clock: HTTP, tokenization, the network).
 
@@ -170,7 +173,10 @@ def check(row: dict) -> None:
     for key, tol in TOLERANCES.items():
         allowed = max(tol(beside[key]), noise(row, key, BESIDE))
         assert abs(ours[key] - beside[key]) <= allowed, (key, ours[key], beside[key], where)
-    for key in ("itl_p50", "tpot_p50"):
+    # The run alone is another run: held to it only while the server kept its speed between the two, which the
+    # benchmark says itself (its ITL p50 alone within ALONE_REL of its ITL p50 beside lpxtop)
+    same_speed = abs(beside["itl_p50"] - alone["itl_p50"]) <= ALONE_REL * alone["itl_p50"]
+    for key in ("itl_p50", "tpot_p50") if same_speed else ():
         allowed = max(ALONE_REL * alone[key], noise(row, key))
         assert abs(ours[key] - alone[key]) <= allowed, (key, ours[key], alone[key], where)
     if c == 1:
@@ -180,7 +186,7 @@ def check(row: dict) -> None:
         assert ours["ttft_p95"] >= v - ttft_p95_below(v), where
         stalled = (ours["server_ttft_max_at_most_ms"] or 0.0) + STALL_SLACK_MS
         assert ours["ttft_p95"] <= max(v + ttft_p95_above(v), stalled), where
-    else:
+    elif same_speed:
         # C+1 phase-locked clients prefill beside each other; the probe, one more client, meets no worse
         allowed = max(ttft_p50_tol(alone["ttft_p50"]), noise(row, "ttft_p50"))
         assert ours["ttft_p50"] <= alone["ttft_p50"] + allowed, where
