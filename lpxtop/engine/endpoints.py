@@ -294,9 +294,8 @@ class EndpointLoops:
         state.changed()
         self._dirty = True
         if self._listeners:
-            from lpxtop.model.agent import (
-                AgentStepEvent,  # loaded with the agent probe, not before the first frame
-            )
+            # the agent records load with the agent probe, not before the first frame
+            from lpxtop.model.agent import AgentStepEvent
 
             self._emit(AgentStepEvent(state.config.name, step))
 
