@@ -207,6 +207,25 @@ def test_histograms_left_out_on_request(names) -> None:
             assert dict(parser.parse(text, histograms=with_histograms).by_name) == expected, (capture, seed)
 
 
+def test_histogram_lines_unchanged_since_their_last_reading_are_not_read_again(monkeypatch) -> None:
+    """The scrapes between two histogram reads leave the histograms out; a bucket that did not change
+    across them is remembered from the last read, not parsed again."""
+    families, histograms = family_names(VLLM), histogram_names(VLLM)
+    parser = ReParser(families, histograms)
+    text = page("vllm-0.32.0-cpu-local-capture-after-load.txt")
+    read: list[str] = []
+    real = server_reparse._parse_lines
+    monkeypatch.setattr(server_reparse, "_parse_lines", lambda keys: read.extend(k for k, _ in keys) or real(keys))
+    parser.parse(text, histograms=True)
+    lean = "\n".join(line.replace("vllm:num_requests_running{", "vllm:num_requests_running{x=\"1\",")
+                     for line in text.splitlines()) + "\n"
+    for _ in range(3):
+        parser.parse(lean, histograms=False)
+    read.clear()
+    assert dict(parser.parse(text, histograms=True).by_name) == whole(text, families)
+    assert read == []  # the buckets, and the gauge as it was then, all remembered
+
+
 # The direct reading of plain lines: the same as prometheus_client's, or it leaves the line to it.
 
 ODD_LINES = [

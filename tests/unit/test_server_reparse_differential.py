@@ -205,6 +205,8 @@ def check(previous: str, text: str, names) -> None:
     fast(primed, previous)
     assert fast(primed, text) == expected  # after a page it remembers lines from
     assert fast(primed, text, histograms=False) == reference(text, families - hists)
+    # back to the histograms after a scrape without them: the lines remembered from their last reading
+    assert fast(primed, previous) == reference(previous, families)
     if isinstance(expected, dict):  # and the normalizer takes whatever comes out
         tracker = MetricsTracker()
         for now, page in ((0.0, previous), (2.0, text)):

@@ -52,6 +52,7 @@ Parsed = tuple[str, Point] | None  # (sample name, point); None: a NaN sample, w
 
 
 _DROP, _KEEP, _HISTOGRAM = 0, 1, 2
+_UNREAD, _WHOLE = object(), object()
 
 
 class ReParser:
@@ -65,7 +66,10 @@ class ReParser:
         self.families = families
         self.histograms = histograms
         self._belongs: dict[str, int] = {}
-        self._seen: dict[tuple[str, bool], Parsed] = {}
+        # each HELP/TYPE line's reading (_comment), with and without the histograms; bounded as _belongs
+        self._comments: dict[bool, dict[str, object]] = {True: {}, False: {}}
+        self._seen: dict[tuple[str, bool], Parsed] = {}  # the previous page's lines
+        self._seen_histograms: dict[tuple[str, bool], Parsed] = {}  # the last page read with its histograms
         # What a line the loop keeps starts with (see parse), with and without the latency histograms
         self._heads = {True: _heads(families), False: _heads(families - histograms)}
 
@@ -89,23 +93,26 @@ class ReParser:
             or (line[:1] == "#" and not (line.startswith(_USUAL) and line[7:8].strip()))
             or line[:1].isspace()
         ]
+        comments = self._comments[histograms]
         for line in candidates:
             line = line.strip()  # as prometheus_client (and the text format) reads a line
             if line.startswith("#"):
-                parts = line.split(None, 3)
-                if len(parts) < 3 or parts[1] not in ("HELP", "TYPE") or not self._kept(parts[2], histograms):
+                # what a HELP/TYPE line says does not change between pages: read once (_comment)
+                said = comments.get(line, _UNREAD)
+                if said is _UNREAD:
+                    if len(comments) >= MAX_NAMES:
+                        comments.clear()
+                    said = comments[line] = self._comment(line, histograms)
+                if said is None:
                     continue
-                if parts[1] == "TYPE" and len(parts) < 4:
-                    return self._whole(text, histograms)  # prometheus_client rejects it: let it say why
-                if not _plain_comment(line, parts[2]):
-                    return self._whole(text, histograms)  # its words split otherwise there: let it read them
-                if parts[2] != name:
-                    name, typ, family_count = parts[2], "untyped", family_count + 1
+                if said is _WHOLE:
+                    return self._whole(text, histograms)
+                comment_name, comment_type = said  # type: ignore[misc]
+                if comment_name != name:
+                    name, typ, family_count = comment_name, "untyped", family_count + 1
                     allowed, family_start = (name,), len(lines)
-                if parts[1] == "TYPE":
-                    typ = parts[3]
-                    if typ not in _ALLOWED_SUFFIXES and typ != "untyped":
-                        return self._whole(text, histograms)  # prometheus_client's to accept or refuse
+                if comment_type is not None:
+                    typ = comment_type
                     allowed = tuple(name + s for s in _ALLOWED_SUFFIXES.get(typ, ("",)))
                     if family_start < len(lines):
                         # prometheus_client names a family's samples by its type when the family ends:
@@ -129,6 +136,10 @@ class ReParser:
             lines.append((line, _renamed(typ, name, sample)))
 
         seen = self._seen
+        if histograms:
+            # the histograms' lines were last read a few scrapes ago: a bucket nothing landed in since is
+            # the same line
+            seen = {**self._seen_histograms, **seen}
         new = [key for key in dict.fromkeys(lines) if key not in seen]
         if new:
             parsed = _parse_lines(new)
@@ -142,7 +153,25 @@ class ReParser:
                 samples.setdefault(got[0], []).append(got[1])
         # what the next page is compared with: this page's lines only, so the memo stays page-sized
         self._seen = {key: seen[key] for key in lines}
+        if histograms:
+            self._seen_histograms = self._seen
         return Exposition(samples, family_count)
+
+    def _comment(self, line: str, histograms: bool) -> tuple[str, str | None] | object | None:
+        """What a comment line means to the loop: None (not one of the families' HELP/TYPE lines),
+        _WHOLE (prometheus_client must read the page), or (family name, its type; None for HELP)."""
+        parts = line.split(None, 3)
+        if len(parts) < 3 or parts[1] not in ("HELP", "TYPE") or not self._kept(parts[2], histograms):
+            return None
+        if parts[1] == "TYPE" and len(parts) < 4:
+            return _WHOLE  # prometheus_client rejects it: let it say why
+        if not _plain_comment(line, parts[2]):
+            return _WHOLE  # its words split otherwise there: let it read them
+        if parts[1] == "HELP":
+            return parts[2], None
+        if parts[3] not in _ALLOWED_SUFFIXES and parts[3] != "untyped":
+            return _WHOLE  # prometheus_client's to accept or refuse
+        return parts[2], parts[3]
 
     def _kept(self, name: str, histograms: bool) -> bool:
         kind = self._belongs.get(name)
@@ -157,7 +186,7 @@ class ReParser:
         return kind == _KEEP or (kind == _HISTOGRAM and histograms)
 
     def _whole(self, text: str, histograms: bool) -> Exposition:
-        self._seen = {}
+        self._seen, self._seen_histograms = {}, {}
         families = self.families if histograms else self.families - self.histograms
         return Exposition.parse(keep_families(text, families))
 

@@ -350,14 +350,20 @@ def _growth(role: str, new: Reading, old: Reading) -> tuple[float | None, float 
         if d is None:
             return None, None
         deltas.append(d)
-    count = observations(merge(deltas))
+    return observations(merge(deltas)), _sum_growth(role, new, old)
+
+
+def _sum_growth(role: str, new: Reading, old: Reading) -> float | None:
+    """What histogram `role`'s _sum gained from `old` to `new` over its series; None when a series has
+    no usable _sum."""
     sums, sums_before = new.sums.get(role, {}), old.sums.get(role, {})
+    before = old.hists.get(role, {})
     total = 0.0
-    for key in series:
+    for key in new.hists.get(role, ()):
         if key not in sums or (key in before and key not in sums_before):
-            return count, None
+            return None
         total += sums[key] - sums_before.get(key, 0.0)
-    return count, total
+    return total
 
 
 def _sum_fits(total: float, buckets: Buckets) -> bool:
@@ -384,19 +390,15 @@ def _latency(role: str, hist: Hist | None, new: Reading, base: Reading | None) -
     if hist is None or role not in new.hists or base is None:
         return None
     before = base.hists.get(role, {})
-    deltas = []
-    for key, buckets in new.hists[role].items():
-        d = bucket_delta(buckets, before.get(key))
-        if d is not None:
-            deltas.append(d)
-    merged = merge(deltas)
+    deltas = [bucket_delta(buckets, before.get(key)) for key, buckets in new.hists[role].items()]
+    merged = merge(d for d in deltas if d is not None)
     count = observations(merged)
     if merged is None or count <= 0:
         return ServerLatency(None, None, 0.0)
-    growth, total = _growth(role, new, base)
-    if growth != count or total is None:
-        total = None  # some series could not be followed: their sum would not match these buckets
-    elif not _sum_fits(total, merged):
+    # a series that could not be followed (a new layout, a count that fell) is not in these buckets: the
+    # sum over all series would not match them
+    total = None if any(d is None for d in deltas) else _sum_growth(role, new, base)
+    if total is not None and not _sum_fits(total, merged):
         _note(new.notes, f"{hist.names[0].name}_sum disagrees with its buckets: no mean")
         total = None
     to_ms = hist.to_ms
