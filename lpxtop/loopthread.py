@@ -8,6 +8,10 @@ runs and raises `TimeoutError` when it does not within its timeout. Other thread
 `asyncio.run` ends its loop: `main` is cancelled and awaited, then every task still pending is cancelled and
 let finish on a loop that still runs (their connections close, their `finally` blocks run), then async
 generators are shut down and the loop is closed; the thread is joined, bounded.
+
+Its loop (and `run_loop`'s, the one lpxtop runs in the caller's thread) waits through a `LagSelector`, which
+times the loop between two waits for whoever watches its lateness (lpxtop/engine/probe/clientlimit.py)
+without waking it for that.
 """
 
 from __future__ import annotations
@@ -15,7 +19,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
+import selectors
 import threading
+import time
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -25,6 +33,88 @@ _T = TypeVar("_T")
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
 _LEFTOVER_ROUNDS = 3  # a task that starts another as it is cancelled: a few rounds, bounded
+# A stretch of the loop's callbacks shorter than this is not checked for events that waited through it: the
+# lateness limits are several times longer (clientlimit.py), and the check is one more system call
+PENDING_CHECK_NS = 1_000_000
+
+
+class LagSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """The loop's selector, which also tells its listeners how late the loop was, while any listens, without
+    waking the loop for it.
+
+    Two figures, in ns, each the most that something may have waited for the loop:
+    - **a busy stretch that held events back**: the loop ran callbacks this long since it last woke, and when
+      it came back to wait, events were already pending: a read that arrived meanwhile was taken that much
+      later at most. A stretch during which nothing arrived delayed nothing and is not reported.
+    - **a late timer**: a wait that ended on its timeout, how long after it the loop ran again (the thread
+      waiting for the interpreter lock or for a CPU).
+
+    A timer ticking only to be measured (what a lateness watch had before) costs a wake-up each tick, and a
+    wake-up is most of a waiting loop's CPU: ~170 µs of CPU per asyncio timer on the 2-core VM
+    (benchmarks/loop_wakeups.py), a third of the dashboard's engine thread with four endpoints.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listeners: list[Callable[[int], None]] = []
+        self._woke_ns = time.perf_counter_ns()
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if not self.listeners:
+            ready = super().select(timeout)
+            self._woke_ns = time.perf_counter_ns()
+            return ready
+        entered_ns = time.perf_counter_ns()
+        busy_ns = entered_ns - self._woke_ns
+        polling = timeout is not None and timeout <= 0
+        if polling or busy_ns >= PENDING_CHECK_NS:
+            ready = super().select(0)
+            if ready or polling:
+                self._woke_ns = time.perf_counter_ns()
+                if ready and busy_ns >= PENDING_CHECK_NS:
+                    self._tell(busy_ns)
+                return ready
+            entered_ns = time.perf_counter_ns()
+        ready = super().select(timeout)
+        woke_ns = self._woke_ns = time.perf_counter_ns()
+        if not ready and timeout is not None:
+            # epoll and poll wait whole milliseconds, rounded up
+            late_ns = woke_ns - entered_ns - math.ceil(timeout * 1e3) * 1_000_000
+            if late_ns > 0:
+                self._tell(late_ns)
+        return ready
+
+    def _tell(self, late_ns: int) -> None:
+        for listener in tuple(self.listeners):
+            listener(late_ns)
+
+
+_SELECTORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LagSelector] = weakref.WeakKeyDictionary()
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """An event loop that waits through a `LagSelector`."""
+    selector = LagSelector()
+    loop = asyncio.SelectorEventLoop(selector)
+    _SELECTORS[loop] = selector
+    return loop
+
+
+def lag_selector(loop: asyncio.AbstractEventLoop) -> LagSelector | None:
+    """The `LagSelector` `loop` waits through, or None for a loop not made by `new_event_loop`."""
+    return _SELECTORS.get(loop)
+
+
+def run_loop(main: Coroutine[Any, Any, _T]) -> _T:
+    """`asyncio.run(main)` on a `new_event_loop()`: run it in this thread to its end, then end the loop as
+    asyncio.run does (the tasks left cancelled and let finish, async generators and the default executor
+    shut down)."""
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        _close(loop, "run_loop", executor=True)
 
 
 class LoopThread:
@@ -122,7 +212,7 @@ class LoopThread:
     # ---- on the thread ----
 
     def _thread_main(self, main: Coroutine[Any, Any, Any] | None) -> None:
-        loop = asyncio.new_event_loop()
+        loop = new_event_loop()
         asyncio.set_event_loop(loop)
         if self._workers is not None:
             # a few threads are enough for collectors that are each single-flight, and each extra thread
@@ -140,15 +230,10 @@ class LoopThread:
         finally:
             self._closed.set()  # no new work from other threads from here on
             try:
-                _finish_leftovers(loop)
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            except Exception:  # noqa: BLE001
-                log.exception("%s: shutting the event loop down failed", self.name)
+                _close(loop, self.name)
             finally:
                 if main is not None:
                     main.close()  # a main cancelled before its first step is not left "never awaited"
-                asyncio.set_event_loop(None)
-                loop.close()
                 self._running.set()  # a start() still waiting returns
 
     async def _run_body(self, main: Coroutine[Any, Any, Any] | None) -> None:
@@ -163,6 +248,21 @@ class LoopThread:
     def _cancel_body(self) -> None:
         if self._body is not None:
             self._body.cancel()
+
+
+def _close(loop: asyncio.AbstractEventLoop, name: str, executor: bool = False) -> None:
+    """End a loop whose main is done: its leftover tasks finished, async generators (and with `executor`, the
+    default executor's threads) shut down, closed."""
+    try:
+        _finish_leftovers(loop)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        if executor:
+            loop.run_until_complete(loop.shutdown_default_executor())
+    except Exception:  # noqa: BLE001
+        log.exception("%s: shutting the event loop down failed", name)
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
 
 
 def _finish_leftovers(loop: asyncio.AbstractEventLoop) -> None:

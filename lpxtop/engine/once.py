@@ -20,6 +20,7 @@ from lpxtop.engine.probe import failed_sample
 from lpxtop.engine.probe.clientlimit import LatenessWatch
 from lpxtop.engine.probe.schedule import next_gap
 from lpxtop.http import HttpClient
+from lpxtop.loopthread import run_loop
 from lpxtop.model.endpoint import EndpointConfig
 from lpxtop.model.gpu import GpuSnapshot
 from lpxtop.model.snapshot import Snapshot
@@ -54,7 +55,7 @@ class OnceCollection:
         """Run `samples` probes per endpoint (endpoints in parallel, at random gaps averaging `interval_s`,
         default ONCE_INTERVAL_S), scrape each server meanwhile on its own schedule, collect, and return a
         snapshot. Everything, discovery included, ends within `timeout_s`."""
-        return asyncio.run(self._collect_once(samples, timeout_s, interval_s or ONCE_INTERVAL_S))
+        return run_loop(self._collect_once(samples, timeout_s, interval_s or ONCE_INTERVAL_S))
 
     async def _collect_once(self, samples: int, timeout_s: float, interval_s: float) -> Snapshot:
         loop = asyncio.get_running_loop()

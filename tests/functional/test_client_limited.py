@@ -1,7 +1,6 @@
-"""client_limited: a probe during which lpxtop itself was late (its loop, its interpreter lock, its wait
-for a CPU) is flagged, counted, and left out of the percentiles; a quiet run flags nothing. The client
-is made late for real: a thread that holds the interpreter lock, a process pinned to one CPU beside
-spinners."""
+"""client_limited: a probe during which lpxtop itself was late (its loop, its wait for a CPU) is flagged,
+counted, and left out of the percentiles; a quiet run flags nothing. The client is made late for real: a
+listener that holds the engine's loop, a process pinned to one CPU beside spinners."""
 
 from __future__ import annotations
 
@@ -22,38 +21,31 @@ from tests.support.sim import endpoint
 pytestmark = pytest.mark.timing  # measures time against tolerances: runs alone under pytest-xdist
 
 HOLD_S = 0.03
+FREE_S = 0.005  # between two holds: shorter than a probe's stream of tokens, so that some of its reads wait
 
 
-def _calibrated_hold() -> int:
-    """The n for which sum(range(n)), one C call that never lets go of the interpreter lock, takes HOLD_S
-    on a free CPU (the fastest of three timings; a busy machine only makes the hold longer)."""
-    n = 100_000
-    fastest = float("inf")
-    for _ in range(3):
-        began = time.perf_counter()
-        sum(range(n))
-        fastest = min(fastest, time.perf_counter() - began)
-    return max(10_000, int(n * HOLD_S / max(1e-6, fastest)))
+class _LoopHolder:
+    """Holds the engine's loop HOLD_S out of every HOLD_S + FREE_S, as a long parse on the loop or a slow
+    listener would: an engine listener that sleeps when handed its own mark, posted from a thread."""
 
+    def __init__(self) -> None:
+        self.holds: list[float] = []
+        self.engine: Engine | None = None
 
-def _holder(holds: list[float]):
-    """A thread body that holds the interpreter lock ~HOLD_S out of every HOLD_S + 10 ms, as a long parse
-    on another thread would. Each hold's length is kept in `holds`; one that came out short (the CPU ran
-    faster than when calibrated) makes the next longer, so the test never rests on one timing."""
-    n = _calibrated_hold()
-
-    def hold(stop: threading.Event) -> None:
-        nonlocal n
-        while not stop.is_set():
+    def __call__(self, event: object) -> None:
+        if event is self:
             began = time.perf_counter()
-            sum(range(n))
-            took = time.perf_counter() - began
-            holds.append(took)
-            if took < 0.8 * HOLD_S:
-                n = int(n * HOLD_S / max(took, 1e-6))
-            time.sleep(0.01)
+            time.sleep(HOLD_S)
+            self.holds.append(time.perf_counter() - began)
 
-    return hold
+    def attach(self, engine: Engine) -> None:
+        self.engine = engine
+        engine.add_listener(self)
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set() and self.engine is not None:
+            self.engine.post_event(self)  # type: ignore[arg-type]
+            time.sleep(HOLD_S + FREE_S)
 
 
 def _run(config: SimConfig, probes: int, settings: EngineSettings, during=None):
@@ -64,7 +56,8 @@ def _run(config: SimConfig, probes: int, settings: EngineSettings, during=None):
         engine.add_listener(lambda e: samples.append(e.sample) if type(e).__name__ == "SampleEvent" else None)
         stop = threading.Event()
         if during is not None:
-            threading.Thread(target=during, args=(stop,), daemon=True).start()
+            during.attach(engine)
+            threading.Thread(target=during.run, args=(stop,), daemon=True).start()
         try:
             with engine:
                 deadline = time.monotonic() + 20
@@ -77,14 +70,13 @@ def _run(config: SimConfig, probes: int, settings: EngineSettings, during=None):
             stop.set()
 
 
-def test_a_thread_holding_the_interpreter_lock_makes_probes_client_limited():
-    holds: list[float] = []
-    hold = _holder(holds)
+def test_a_held_engine_loop_makes_probes_client_limited():
+    hold = _LoopHolder()
 
-    # each probe lasts ~80 ms: it cannot miss a 30-ms hold that comes every 40 ms
+    # each probe streams its tokens for ~16 ms: some of its reads arrive while the loop is held
     config = SimConfig(model="m", ttft_ms=60, itl_ms=2, jitter=0.0)
     view, lateness = _run(config, 4, EngineSettings(scrape_metrics=False), during=hold)
-    assert view.probes_ok >= 4 and view.probes_client_limited == view.probes_sent, (lateness, holds)
+    assert view.probes_ok >= 4 and view.probes_client_limited == view.probes_sent, (lateness, hold.holds)
     assert all(s.client_limited for s in view.samples)
     assert max(lag for _, lag, _, _ in lateness) > 10e6
     # counted in JSON; with no other probe in the window the percentiles come from these, marked so
@@ -95,10 +87,9 @@ def test_a_thread_holding_the_interpreter_lock_makes_probes_client_limited():
 
 
 def test_agent_steps_are_flagged_like_chat_probes():
-    """The agent probe's steps are watched as chat probes are: a held interpreter lock flags them, they
-    are counted, and their times are marked as coming from client-limited steps."""
-    holds: list[float] = []
-    hold = _holder(holds)
+    """The agent probe's steps are watched as chat probes are: a held loop flags them, they are counted,
+    and their times are marked as coming from client-limited steps."""
+    hold = _LoopHolder()
 
     config = SimConfig(model="m", ttft_ms=60, itl_ms=2, jitter=0.0)
     with start_sim_in_thread(config) as sim:
@@ -107,7 +98,8 @@ def test_agent_steps_are_flagged_like_chat_probes():
         steps: list = []
         engine.add_listener(lambda e: steps.append(e.step) if type(e).__name__ == "AgentStepEvent" else None)
         stop = threading.Event()
-        threading.Thread(target=hold, args=(stop,), daemon=True).start()
+        hold.attach(engine)
+        threading.Thread(target=hold.run, args=(stop,), daemon=True).start()
         try:
             with engine:
                 deadline = time.monotonic() + 20
@@ -119,7 +111,8 @@ def test_agent_steps_are_flagged_like_chat_probes():
                 lateness = list(engine.lateness)
         finally:
             stop.set()
-    why = ([(s.error_kind, s.step_ms, s.client_limited) for s in steps], lateness, [round(h * 1e3, 1) for h in holds])
+    why = ([(s.error_kind, s.step_ms, s.client_limited) for s in steps], lateness,
+           [round(h * 1e3, 1) for h in hold.holds])
     assert len(steps) >= 3 and all(s.client_limited for s in steps), why
     assert agent.steps_client_limited == agent.steps_sent and agent.percentiles_with_client_limited
     assert agent.to_json()["steps_client_limited"] == agent.steps_sent and agent.step_ms is not None

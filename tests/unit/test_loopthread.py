@@ -14,14 +14,14 @@ from lpxtop.loopthread import LoopThread
 
 def test_start_raises_when_the_loop_does_not_run_in_time_and_the_late_loop_ends_by_itself(monkeypatch):
     made = threading.Event()
-    real_new_event_loop = asyncio.new_event_loop
+    real_new_event_loop = loopthread.new_event_loop
 
     def slow_new_event_loop() -> asyncio.AbstractEventLoop:
         time.sleep(0.3)  # the loop comes up after start() has given up
         made.set()
         return real_new_event_loop()
 
-    monkeypatch.setattr(loopthread.asyncio, "new_event_loop", slow_new_event_loop)
+    monkeypatch.setattr(loopthread, "new_event_loop", slow_new_event_loop)
     lt = LoopThread("test-slow-start")
     began = time.monotonic()
     with pytest.raises(TimeoutError, match="did not start within 0.05 s"):

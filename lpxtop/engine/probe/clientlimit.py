@@ -1,17 +1,28 @@
-"""Was lpxtop itself late? The two ways lpxtop's own delays can land in a timing it reports.
+"""Was lpxtop itself late? The ways lpxtop's own delays can land in a timing it reports.
 
-A timestamp is taken when the engine's loop gets to a read. Two things can make that later than the
-bytes' arrival, and neither is the server's time:
+A timestamp is taken when the engine's loop gets to a read. These can make that later than the bytes'
+arrival, and none is the server's time:
 
-- **the loop was busy** (another response being decoded, a burst of reads, a thread holding the
-  interpreter lock): `LoopLag` measures how late a timer on the loop fires while someone is watching;
+- **the loop was busy** (another response being decoded, a burst of reads, a slow listener):
+  `LoopLag` reports, while someone watches, how long events waited for the loop's callbacks to end and
+  how late the loop ran a timer. On lpxtop's loops the selector times the loop between two waits
+  (lpxtop/loopthread.py `LagSelector`); on any other loop a timer ticks every LAG_TICK_S to be measured;
+- **a garbage collection** in any thread holds the interpreter lock: `LoopLag` hears of each one that lasts
+  a millisecond or more while a watch is open (`gc.callbacks`);
 - **the thread waited for a CPU** (the watched server saturates the machine): Linux counts the time a
   thread spent runnable but not running in `/proc/thread-self/schedstat` (second field, ns);
   `ThreadCpuWait` reads it.
 
-A probe (or a load-test step) that saw either beyond a small bound is marked `client_limited`. Both are
-cheap: the lag timer ticks only while a watch is open (a probe in flight), and schedstat is one
-`pread` of an already open file (a few µs). `LatenessWatch` is what the engine runs around each chat
+Another thread of lpxtop's running Python gives the interpreter lock up within the switch interval (1 ms:
+lpxtop/cli/common.py `SWITCH_INTERVAL_S`), below every limit here. What is not seen: one C call on another
+thread that holds the lock longer than the limit while the loop waits with nothing else to do (none of
+lpxtop's threads makes one; a timer that measured it would wake the loop every tick, the dashboard's
+largest cost before, `LagSelector`).
+
+A probe (or a load-test step) that saw any beyond a small bound is marked `client_limited`. All are cheap
+while a watch is open (a probe in flight): the selector's timing is two clock reads per wait of the loop
+and a system call more after a stretch of callbacks of 1 ms or more, with no wake-up of its own; schedstat
+is one `pread` of an already open file (a few µs). `LatenessWatch` is what the engine runs around each chat
 probe and agent step; `client_was_late` is the bound.
 """
 
@@ -19,11 +30,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import time
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
+
+from lpxtop.loopthread import LagSelector, lag_selector
 
 SCHEDSTAT = "/proc/thread-self/schedstat"
 LAG_TICK_S = 0.025
@@ -98,49 +113,93 @@ class LagWatch:
 
 
 class LoopLag:
-    """How late the event loop runs a timer, measured only while at least one watch is open.
+    """How late the event loop was, measured only while at least one watch is open; every open watch records
+    the worst.
 
-    Create and use on the loop's own thread. A tick every `tick_s` while watched: with the loop free
-    it fires within ~0.1 ms of its time; anything that holds the loop (or the interpreter lock) longer
-    shows as lateness, which every open watch records.
+    Create and use on the loop's own thread. On a loop of lpxtop's (lpxtop/loopthread.py `new_event_loop`)
+    its selector says how long events waited for the loop's callbacks to end and how late the loop ran a
+    timer, without a wake-up of its own. On any other loop a timer ticks every `tick_s` while watched: with
+    the loop free it fires within ~0.1 ms of its time; anything that holds the loop (or the interpreter
+    lock) longer shows as lateness. On both, a garbage collection of 1 ms or more counts whole.
     """
 
     def __init__(self, tick_s: float = LAG_TICK_S) -> None:
         self.tick_s = tick_s
         self._watches: set[LagWatch] = set()
         self._handle: asyncio.TimerHandle | None = None
+        self._selector: LagSelector | None = None
         self._due_ns = 0
 
     def watch(self) -> LagWatch:
         w = LagWatch(self)
+        if not self._watches:
+            _watch_collections(self)
+            selector = lag_selector(asyncio.get_running_loop())
+            if selector is not None:
+                self._selector = selector
+                selector.listeners.append(self._record)
+            else:
+                self._schedule()
         self._watches.add(w)
-        if self._handle is None:
-            self._schedule()
         return w
 
     def _close(self, w: LagWatch) -> None:
-        self._late(time.perf_counter_ns())  # the lateness so far of a tick that has not fired yet counts too
+        if self._handle is not None:
+            self._late(time.perf_counter_ns())  # the lateness so far of a tick that has not fired yet counts too
         self._watches.discard(w)
-        if not self._watches and self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        if not self._watches:
+            _COLLECTION_WATCHERS.discard(self)
+            if self._handle is not None:
+                self._handle.cancel()
+                self._handle = None
+            if self._selector is not None:
+                with contextlib.suppress(ValueError):
+                    self._selector.listeners.remove(self._record)
+                self._selector = None
 
     def _schedule(self) -> None:
         self._due_ns = time.perf_counter_ns() + int(self.tick_s * 1e9)
         self._handle = asyncio.get_running_loop().call_later(self.tick_s, self._tick)
 
     def _late(self, now_ns: int) -> None:
-        lag = now_ns - self._due_ns
-        if lag > 0:
+        self._record(now_ns - self._due_ns)
+
+    def _record(self, lag_ns: int) -> None:
+        if lag_ns > 0:
             for w in self._watches:
-                if lag > w.max_lag_ns:
-                    w.max_lag_ns = lag
+                if lag_ns > w.max_lag_ns:
+                    w.max_lag_ns = lag_ns
 
     def _tick(self) -> None:
         self._late(time.perf_counter_ns())
         self._handle = None
         if self._watches:
             self._schedule()
+
+
+# LoopLags with a watch open, told of each garbage collection of GC_REPORTED_NS or more (in any thread: it
+# holds the interpreter lock, so no loop runs meanwhile)
+_COLLECTION_WATCHERS: weakref.WeakSet[LoopLag] = weakref.WeakSet()
+GC_REPORTED_NS = 1_000_000
+_collection_began_ns = 0
+
+
+def _on_collection(phase: str, info: dict[str, int]) -> None:
+    global _collection_began_ns
+    if phase == "start":
+        _collection_began_ns = time.perf_counter_ns()
+        return
+    took_ns = time.perf_counter_ns() - _collection_began_ns
+    if took_ns >= GC_REPORTED_NS and _COLLECTION_WATCHERS:
+        for lag in tuple(_COLLECTION_WATCHERS):
+            with contextlib.suppress(RuntimeError):  # its watches changing in the thread the collection stopped
+                lag._record(took_ns)
+
+
+def _watch_collections(lag: LoopLag) -> None:
+    if _on_collection not in gc.callbacks:
+        gc.callbacks.append(_on_collection)
+    _COLLECTION_WATCHERS.add(lag)
 
 
 def client_was_late(lag_ns: int, wait_ns: int | None, took_ns: int) -> bool:
