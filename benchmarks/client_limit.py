@@ -35,8 +35,8 @@ from pathlib import Path
 
 from benchmarks.loop_wakeups import timing_per_wait
 from benchmarks.sim_processes import Sims, stop_process
-from lpxtop import cli
 from lpxtop.cli.assemble import build_engine
+from lpxtop.cli.common import SWITCH_INTERVAL_S
 from lpxtop.config import endpoints_from_urls
 from lpxtop.engine.probe import clientlimit
 from lpxtop.loopthread import LagSelector
@@ -101,7 +101,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds per condition (default 20)")
     args = parser.parse_args()
-    sys.setswitchinterval(cli.SWITCH_INTERVAL_S)  # as the dashboard and once set it
+    sys.setswitchinterval(SWITCH_INTERVAL_S)  # as the dashboard and once set it
     print(f"limits: loop lag > {clientlimit.CLIENT_LAG_LIMIT_NS / 1e6:g} ms, or CPU wait > "
           f"{clientlimit.CLIENT_CPU_WAIT_SHARE:.0%} of the probe (and > {clientlimit.CLIENT_CPU_WAIT_MIN_NS / 1e6:g} ms)")
     with tempfile.TemporaryDirectory() as tmp:

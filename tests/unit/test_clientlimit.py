@@ -70,21 +70,23 @@ def test_on_lpxtop_s_loop_a_read_held_back_by_a_busy_loop_counts_and_no_timer_ti
 
 def test_on_lpxtop_s_loop_a_timer_run_late_counts():
     """A thread holding the interpreter lock in one C call keeps the loop from running its timer."""
-
-    go = threading.Event()
+    done = threading.Event()
 
     def hold() -> None:
-        go.wait(5)
-        time.sleep(0.003)  # the loop is waiting for its 10-ms timer by now
-        sum(range(30_000_000))  # one C call: the lock is not given up until it returns (~0.2-0.5 s)
+        for _ in range(8):  # holds of ~0.1-0.3 s with a millisecond between: the loop's 10-ms waits fall in them
+            sum(range(10_000_000))  # one C call: the lock is not given up until it returns
+            time.sleep(0.001)
+        done.set()
 
     async def main() -> int:
         lag = LoopLag()
         watch = lag.watch()
         holder = threading.Thread(target=hold)
         holder.start()
-        go.set()
-        await asyncio.sleep(0.01)
+        for _ in range(400):
+            await asyncio.sleep(0.01)
+            if done.is_set():
+                break
         late = watch.close()
         holder.join()
         return late

@@ -15,9 +15,10 @@ arrival, and none is the server's time:
 
 Another thread of lpxtop's running Python gives the interpreter lock up within the switch interval (1 ms:
 lpxtop/cli/common.py `SWITCH_INTERVAL_S`), below every limit here. What is not seen: one C call on another
-thread that holds the lock longer than the limit while the loop waits with nothing else to do (none of
-lpxtop's threads makes one; a timer that measured it would wake the loop every tick, the dashboard's
-largest cost before, `LagSelector`).
+thread that holds the lock longer than the limit while the loop waits with nothing else to do (the
+dashboard makes none: the trace receiver, whose JSON bodies would, runs in a process of its own,
+engine/traces/process.py; a timer that measured it would wake the loop every tick, the dashboard's
+largest cost before, lpxtop/loopthread.py `LagSelector`).
 
 A probe (or a load-test step) that saw any beyond a small bound is marked `client_limited`. All are cheap
 while a watch is open (a probe in flight): the selector's timing is two clock reads per wait of the loop
@@ -44,14 +45,16 @@ SCHEDSTAT = "/proc/thread-self/schedstat"
 LAG_TICK_S = 0.025
 _T = TypeVar("_T")
 
-# A probe is client_limited when, while it ran, the engine's loop ran a timer more than
-# CLIENT_LAG_LIMIT_NS late, or its thread spent more than CLIENT_CPU_WAIT_SHARE of the probe's time
-# (and at least CLIENT_CPU_WAIT_MIN_NS, as much as the lag limit) waiting for a CPU. benchmarks/client_limit.py
-# on the 2-core VM (4 simulated servers, 40 s per condition, 1-ms switch interval, the machine shared
-# with other work at a load average of ~4): undisturbed, the worst lag per probe was 1.7 ms at p50 and
-# 6.1 ms at p99 (epoll's 1-ms timeout rounding and the switch interval are most of the floor), the CPU
-# wait 0.7 % of a probe's time at p50 and 2.3 % at most; with a thread holding the interpreter lock
-# 5 ms in 10, lags of 5.8 / 12.9 ms (p50 / p95); pinned to one CPU beside a spinner, waits of 7 / 26 %.
+# A probe is client_limited when, while it ran, the engine's loop was late by more than CLIENT_LAG_LIMIT_NS
+# (see LoopLag), or its thread spent more than CLIENT_CPU_WAIT_SHARE of the probe's time (and at least
+# CLIENT_CPU_WAIT_MIN_NS, as much as the lag limit) waiting for a CPU. benchmarks/client_limit.py on the
+# 2-core VM (4 simulated servers, 40 s per condition, 1-ms switch interval, the machine shared with other
+# work at a load average of ~4), with the timer that watched then: undisturbed, the worst lag per probe was
+# 1.7 ms at p50 and 6.1 ms at p99 (epoll's 1-ms timeout rounding and the switch interval are most of the
+# floor), the CPU wait 0.7 % of a probe's time at p50 and 2.3 % at most; with a thread holding the
+# interpreter lock 5 ms in 10, lags of 5.8 / 12.9 ms (p50 / p95); pinned to one CPU beside a spinner, waits
+# of 7 / 26 %. With the selector (a quiet VM): undisturbed 1.2 / 4.5 ms (p50 / p99), 1 probe of 46 over the
+# limit; pinned beside a spinner 7 of 61 flagged, as with the timer (docs/performance.md has both side by side).
 # The wait is a sum over the probe's wake-ups, so it is judged as a share of the probe's time (a 1-s
 # probe on a busy host sums 30 ms of small waits); a single long wait makes the loop's timer late too.
 CLIENT_LAG_LIMIT_NS = 5_000_000
