@@ -50,7 +50,7 @@ class LagSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
       waiting for the interpreter lock or for a CPU).
 
     A timer ticking only to be measured (what a lateness watch had before) costs a wake-up each tick, and a
-    wake-up is most of a waiting loop's CPU: ~170 µs of CPU per asyncio timer on the 2-core VM
+    wake-up is most of a waiting loop's CPU: ~110-170 µs of CPU per asyncio timer on the 2-core VM
     (benchmarks/loop_wakeups.py), a third of the dashboard's engine thread with four endpoints.
     """
 
