@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from lpxtop.record.store import RecordingError, RecordingExists, StoreWriter
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.support.fulldisk import full_disk
-from tests.support.paths import REPO
+from tests.support.paths import REPO, remove_tree_being_written
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -83,7 +82,7 @@ def test_a_recording_whose_directory_is_deleted_mid_run_is_not_reported_stored(t
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             wait_for(lambda: _committed(target), timeout=20)  # a commit in the file
-            shutil.rmtree(directory)
+            remove_tree_being_written(directory)
             out, err = proc.communicate(timeout=20)  # it stops by itself within about a second
         finally:
             if proc.poll() is None:
@@ -160,7 +159,7 @@ def test_record_stops_with_sigterm_after_the_directory_vanished_without_a_traceb
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             wait_for(lambda: target.exists(), timeout=20)
-            shutil.rmtree(directory)  # perhaps before the first commit: close() must see it too
+            remove_tree_being_written(directory)  # perhaps before the first commit: close() must see it too
             proc.send_signal(signal.SIGTERM)
             out, err = proc.communicate(timeout=20)
         finally:

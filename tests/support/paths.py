@@ -2,7 +2,30 @@
 
 from __future__ import annotations
 
+import shutil
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
+
+
+def remove_tree_being_written(path: Path, timeout: float = 10.0) -> None:
+    """Delete a directory that another process is writing into, as a user's `rm -rf` would.
+
+    `shutil.rmtree` lists the directory and then unlinks each entry; a writer that creates and deletes a
+    file between the two (SQLite's rollback journal, once per commit) makes it fail with "no such file" or
+    "directory not empty". Try again until the directory is gone, bounded by time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            shutil.rmtree(path)
+            return
+        except FileNotFoundError:
+            if not path.exists():
+                return
+        except OSError:
+            pass
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{path} could not be removed in {timeout:g} s")
+        time.sleep(0.005)
