@@ -30,6 +30,7 @@ from lpxtop.ui.replay_keys import REPLAY_BINDINGS, ReplayActions
 from lpxtop.ui.screens.base import LpxtopScreen, SnapshotScreen
 from lpxtop.ui.screens.help import HelpScreen
 from lpxtop.ui.screens.main import MainScreen
+from lpxtop.ui.textual_fixes import mend_styles_cache_leak
 from lpxtop.ui.theming import DEFAULT_THEME, ThemeCatalog, discover_themes, load_theme, variable_defaults
 
 if TYPE_CHECKING:
@@ -375,6 +376,7 @@ def create_app(
     demo: `lpxtop demo`'s load surge switch (`g`); None elsewhere.
     comparison: `lpxtop replay A --compare B`'s figures, shown on top at start (`c` brings them back).
     """
+    mend_styles_cache_leak()  # or each closed screen's widgets stay in memory (lpxtop/ui/textual_fixes.py)
     catalog = discover_themes()
     theme_name = theme or DEFAULT_THEME
     if theme_name not in catalog.themes:
