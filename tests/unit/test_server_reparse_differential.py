@@ -266,6 +266,8 @@ FOUND = [
     ("leading blank before TYPE", '  # TYPE vllm:num_preemptions counter\nvllm:num_preemptions{model_name="m"} 3\n'),
     ("vertical tab splits nothing for prometheus_client", 'vllm:num_requests_running 1\x0bvllm:num_requests_waiting 2\n'),
     ("\\x1c after the name in TYPE", '# TYPE vllm:num_preemptions\x1ccounter\nvllm:num_preemptions 3\n'),
+    ("\\x1c before the type, after a space", '# TYPE vllm:num_preemptions \x1ccounter\nvllm:num_preemptions 3\n'),
+    ("\\xa0 before the type, after a space", '# TYPE vllm:num_preemptions \xa0gauge\nvllm:num_preemptions 3\n'),
     ("a 400-digit value", "vllm:num_requests_running " + "1" * 400 + "\n"),
     ("a duplicated series", "vllm:num_requests_running 1\nvllm:num_requests_running 2\n"),
     ("a type prometheus_client refuses", "# TYPE vllm:num_preemptions counter extra\nvllm:num_preemptions 3\n"),

@@ -165,7 +165,7 @@ class ReParser:
             return None
         if parts[1] == "TYPE" and len(parts) < 4:
             return _WHOLE  # prometheus_client rejects it: let it say why
-        if not _plain_comment(line, parts[2]):
+        if not _plain_comment(line, parts[2], whole=parts[1] == "TYPE"):
             return _WHOLE  # its words split otherwise there: let it read them
         if parts[1] == "HELP":
             return parts[2], None
@@ -203,10 +203,13 @@ def _renamed(typ: str, family: str, sample: str) -> bool:
 _UNUSUAL_BLANKS = re.compile(r'["\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]')
 
 
-def _plain_comment(line: str, name: str) -> bool:
-    """A HELP/TYPE line whose first words str.split() finds as prometheus_client does: no quote and no
-    other blank than ASCII ones up to the name's end (what follows is the help text or the type, whole)."""
-    return _UNUSUAL_BLANKS.search(line, 0, line.find(name) + len(name) + 1) is None
+def _plain_comment(line: str, name: str, whole: bool = False) -> bool:
+    """A HELP/TYPE line whose words str.split() finds as prometheus_client does: no quote and no other
+    blank than ASCII ones up to the name's end, or in the `whole` line (a TYPE line: str.split() also
+    skips such a blank before the type, where prometheus_client keeps it as part of the type). A HELP
+    line's text after the name is not read here."""
+    end = len(line) if whole else line.find(name) + len(name) + 1
+    return _UNUSUAL_BLANKS.search(line, 0, end) is None
 
 
 def _heads(families: frozenset[str]) -> tuple[int, frozenset[str]]:
