@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
-import time
 from pathlib import Path
+
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -16,16 +18,10 @@ def remove_tree_being_written(path: Path, timeout: float = 10.0) -> None:
     `shutil.rmtree` lists the directory and then unlinks each entry; a writer that creates and deletes a
     file between the two (SQLite's rollback journal, once per commit) makes it fail with "no such file" or
     "directory not empty". Try again until the directory is gone, bounded by time."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
+
+    def removed() -> bool:
+        with contextlib.suppress(OSError):
             shutil.rmtree(path)
-            return
-        except FileNotFoundError:
-            if not path.exists():
-                return
-        except OSError:
-            pass
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{path} could not be removed in {timeout:g} s")
-        time.sleep(0.005)
+        return not path.exists()
+
+    wait_for(removed, timeout=timeout, step=0.005, what=f"{path} removed")
