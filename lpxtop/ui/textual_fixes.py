@@ -38,7 +38,7 @@ def mend_styles_cache_leak(styles_cache: Any = None) -> bool:
     if isinstance(current, staticmethod) and getattr(current.__func__, _MENDED, False):
         return True
     wrapped = getattr(current, "__wrapped__", None)
-    if not (callable(current) and hasattr(current, "cache_clear") and callable(wrapped)):
+    if not (callable(current) and hasattr(current, "cache_parameters") and callable(wrapped)):
         return False
     try:
         parameters = list(inspect.signature(wrapped).parameters)
@@ -46,9 +46,8 @@ def mend_styles_cache_leak(styles_cache: Any = None) -> bool:
         return False
     if parameters != _KNOWN_PARAMETERS:
         return False
-    size = getattr(current, "cache_parameters", lambda: {})().get("maxsize", 1024)
 
-    @functools.lru_cache(size)
+    @functools.lru_cache(current.cache_parameters()["maxsize"])
     def get_inner_outer(base_background: Any, background: Any) -> Any:
         return wrapped(None, base_background, background)
 
