@@ -40,12 +40,37 @@ REUSEPORT_LISTENER = (
 SLEEPER = "import time\ntime.sleep(60)\n"
 
 
-def free_port() -> int:
-    """A port nothing listens on now: the kernel's pick on 127.0.0.1, or one within $LPXTOP_TEST_PORTS
-    ("21000-21999") when set (several test runs sharing one machine, each in its own range)."""
+def _ephemeral_low() -> int:
+    """The first port of the kernel's own picks (bind to port 0, outgoing connections): 32768 by default."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _test_ports() -> range:
+    """This process's own ports: $LPXTOP_TEST_PORTS ("21000-21999", several runs sharing one machine) or
+    10000 up to the kernel's ephemeral range, cut into one block per pytest-xdist worker. A port handed out
+    here is never the kernel's pick for another test's server (those come from the ephemeral range), nor
+    another worker's: a port a test keeps closed stays closed until the test ends."""
     low, _, high = os.environ.get("LPXTOP_TEST_PORTS", "").partition("-")
-    ranged = low.isdigit() and high.isdigit() and int(low) <= int(high)
-    candidates = random.sample(range(int(low), int(high) + 1), min(200, int(high) - int(low) + 1)) if ranged else [0]
+    if low.isdigit() and high.isdigit() and int(low) <= int(high):
+        whole = range(int(low), int(high) + 1)
+    else:
+        whole = range(10000, max(10000, _ephemeral_low()))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")
+    if not (worker.isdigit() and count.isdigit()) or int(worker) >= int(count) or len(whole) < int(count):
+        return whole
+    size = len(whole) // int(count)
+    return whole[int(worker) * size : (int(worker) + 1) * size]
+
+
+def free_port() -> int:
+    """A port nothing listens on now, from this process's own block (`_test_ports`); the kernel's pick when
+    that block is empty (an ephemeral range starting below 10000)."""
+    block = _test_ports()
+    candidates = random.sample(block, min(200, len(block))) if block else [0]
     for port in candidates:
         with socket.socket() as s:
             try:
@@ -53,7 +78,7 @@ def free_port() -> int:
             except OSError:
                 continue
             return s.getsockname()[1]
-    raise OSError(f"no free port in LPXTOP_TEST_PORTS={os.environ.get('LPXTOP_TEST_PORTS')}")
+    raise OSError(f"no free port in {block}")
 
 
 def listening(port: int) -> bool:
