@@ -185,10 +185,13 @@ class LpxtopApp(ReplayActions, App):
 
     def _poll_first_figures(self) -> None:
         """Read snapshots often while the source is still warming up (the live engine: until every endpoint's
-        first probe is in), so the first figures show within a poll of being measured, not a refresh later."""
-        self.poll()
+        first probe is in), so the first figures show within a poll of being measured, not a refresh later.
+        The source is asked before the poll, not after: figures published between the two would otherwise end
+        the polling unread and wait for the next refresh (a minute with `--refresh 60`)."""
         warming_up = self.capabilities.warming_up
-        if warming_up is None or not warming_up() or time.monotonic() > self._first_figures_until:
+        done = warming_up is None or not warming_up() or time.monotonic() > self._first_figures_until
+        self.poll()
+        if done:
             self._first_figures_timer.stop()
 
     def on_ready(self) -> None:

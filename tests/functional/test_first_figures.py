@@ -4,16 +4,20 @@ probe at once, the collectors wait for it, and the app reads snapshots often unt
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from lpxtop.cli.assemble import build_engine
 from lpxtop.engine.runner import Engine
 from lpxtop.model.events import SampleEvent, ScrapeEvent, SnapshotEvent, SystemEvent
+from lpxtop.model.snapshot import Snapshot
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from lpxtop.ui.app import create_app
 from lpxtop.ui.widgets.endpoints_table import EndpointsTable
 from tests.support.ports import free_port
 from tests.support.sim import endpoint
+from tests.support.snapshot_data import fixed_snapshot
+from tests.support.ui import SwitchableSource, bump
 from tests.support.waiting import wait_for
 
 
@@ -80,3 +84,32 @@ async def test_the_app_shows_the_first_figures_without_waiting_for_its_refresh()
                 assert shown - measured < 2.0  # a poll of 50 ms, not the minute's refresh
         finally:
             engine.stop()
+
+
+class _PublishesRightAfterARead(SwitchableSource):
+    """A source still warming up whose first figures are published just after the app's third read, before
+    the app asks whether it is still warming up: the moment the engine's thread can pick."""
+
+    def __init__(self) -> None:
+        super().__init__(fixed_snapshot())
+        self.warming = True
+        self.capabilities = replace(self.capabilities, warming_up=lambda: self.warming)
+        self.figures = bump(self._snapshot)
+
+    def snapshot(self) -> Snapshot:
+        read = super().snapshot()
+        if self.reads == 3:
+            self.publish(self.figures)
+            self.warming = False
+        return read
+
+
+async def test_figures_published_between_a_read_and_the_warming_check_still_show():
+    source = _PublishesRightAfterARead()
+    app = create_app(source, refresh_s=60.0, ssh=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        deadline = time.monotonic() + 5
+        while app.snapshot is not source.figures and time.monotonic() < deadline:
+            await pilot.pause(0.02)
+        assert app.snapshot is source.figures  # read at the next poll, not after the minute's refresh
+        assert source.reads == 4
