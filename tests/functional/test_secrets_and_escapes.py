@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 from tests.support.cli import run_cli
 from tests.support.hostile_http import HostileServer, models, send
+from tests.support.ports import free_port
 
 KEYS = ("sk-live-cmdline-AAAA1111", "sk-live-keys-BBBB2222", "hf_token_CCCC3333", "bearer-DDDD4444",
         "short-k-EEEE5555", "env-key-FFFF6666")
@@ -35,9 +35,7 @@ def _strings(value) -> list[str]:
 
 def test_a_process_command_line_with_keys_and_escapes_is_shown_masked(capsys, caplog):
     # A real process holds the port, with keys in every form on its command line and escapes around them.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     code = (f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); "
             "print('ready', flush=True); time.sleep(30)")
     argv = [sys.executable, "-c", code, "--api-key", KEYS[0], f"--api-keys={KEYS[1]}", "--hf-token", KEYS[2],

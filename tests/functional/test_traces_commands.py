@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -22,6 +21,7 @@ from lpxtop.model.probe import Percentiles
 from lpxtop.sim.config import SimConfig
 from lpxtop.sim.thread import start_sim_in_thread
 from tests.support.cli import run_cli
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,21 +29,6 @@ AGREE_MS = 2.0
 CHAIN_KEYS = {"source", "probes_joined", "probes_unjoined", "probes_pending", "unjoined_reasons", "server_ttft_ms",
               "queue_ms", "prefill_ms", "decode_ms", "outside_ms", "to_server_ms", "all_requests"}
 P_KEYS = {"p50", "p95", "p99", "mean", "max"}
-PORTS = (21000, 21999)  # this suite's share of the machine's ports
-
-
-def port() -> int:
-    """A free loopback port in PORTS."""
-    for candidate in random.sample(range(PORTS[0], PORTS[1] + 1), 200):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", candidate))
-            except OSError:
-                continue
-            return candidate
-    raise OSError("no free port")
-
-
 def traced_sim(listen: int, **kw) -> SimConfig:
     settings = {"model": "m", "ttft_ms": 20.0, "itl_ms": 3.0, "max_num_seqs": 2, "jitter": 0.0,
                 "otlp_traces_endpoint": f"http://127.0.0.1:{listen}/v1/traces", "otlp_schedule_delay_s": 0.1, **kw}
@@ -51,7 +36,7 @@ def traced_sim(listen: int, **kw) -> SimConfig:
 
 
 def test_once_joins_every_probe_and_its_chain_agrees_with_the_simulators_record(capsys):
-    listen = port()
+    listen = free_port()
     # virtual users on 2 slots: the probes queue now and then, so the queue is not all zeros
     config = traced_sim(listen, background_load=(2, 3, 60.0), background_max_tokens=(8, 16),
                         background_prompt_tokens=(8, 16))
@@ -84,7 +69,7 @@ def test_once_joins_every_probe_and_its_chain_agrees_with_the_simulators_record(
 
 
 def test_once_gap_is_the_joined_spans_exact_figure(capsys):
-    listen = port()
+    listen = free_port()
     with start_sim_in_thread(traced_sim(listen)) as sim:
         result = run_cli(capsys, "once", sim.url, "-n", "4", "--interval", "100ms", "--max-tokens", "4",
                          "--traces-listen", f"127.0.0.1:{listen}", "--json")
@@ -104,7 +89,7 @@ def test_once_without_a_receiver_has_a_null_chain(capsys):
 
 def test_once_with_the_receivers_port_taken_says_why_and_still_reports(capsys):
     with socket.socket() as taken:
-        taken.bind(("127.0.0.1", port()))
+        taken.bind(("127.0.0.1", free_port()))
         taken.listen()
         busy = taken.getsockname()[1]
         with start_sim_in_thread(SimConfig(model="m", ttft_ms=5.0, itl_ms=1.0)) as sim:
@@ -118,7 +103,7 @@ def test_once_with_the_receivers_port_taken_says_why_and_still_reports(capsys):
 
 
 def test_once_joins_each_agent_call_to_its_own_span_in_the_steps_trace(capsys):
-    listen = port()
+    listen = free_port()
     with start_sim_in_thread(traced_sim(listen)) as sim:
         result = run_cli(capsys, "once", sim.url, "-n", "3", "--interval", "100ms", "--probe", "agent",
                          "--include-client-limited", "--traces-listen", f"127.0.0.1:{listen}", "--json")
@@ -140,7 +125,7 @@ def lpxtop(*argv: str, **kw) -> subprocess.Popen:
 
 
 def test_load_splits_each_steps_ttft_into_queue_prefill_and_outside(tmp_path):
-    listen = port()
+    listen = free_port()
     out = tmp_path / "report.json"
     with start_sim_in_thread(traced_sim(listen, max_num_seqs=1)) as sim:
         proc = lpxtop("load", sim.url, "--concurrency", "1,3", "--duration", "2s", "--warmup", "500ms",
@@ -167,7 +152,7 @@ def test_load_splits_each_steps_ttft_into_queue_prefill_and_outside(tmp_path):
 def test_record_keeps_the_joined_segments_and_replay_shows_them(tmp_path, capsys):
     from lpxtop.record.replay import ReplaySource
 
-    listen = port()
+    listen = free_port()
     path = tmp_path / "run.lpxrec"
     with start_sim_in_thread(traced_sim(listen)) as sim:
         result = run_cli(capsys, "record", sim.url, "--interval", "200ms", "--duration", "4s", "--out", str(path),
@@ -195,7 +180,7 @@ def metrics_text(url: str) -> str:
 
 
 def test_exporter_serves_the_chain_histograms():
-    listen, metrics = port(), port()
+    listen, metrics = free_port(), free_port()
     with start_sim_in_thread(traced_sim(listen)) as sim:
         proc = lpxtop("exporter", sim.url, "--interval", "200ms", "--listen", f"127.0.0.1:{metrics}",
                       "--traces-listen", f"127.0.0.1:{listen}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import time
 from collections.abc import AsyncIterator
 
@@ -15,6 +14,7 @@ from aiohttp import web
 from lpxtop.engine.scrape.kinds import probe_kind
 from lpxtop.engine.scrape.servers import ServerScraper
 from tests.support.metrics_server import METRICS, capture, endpoint, http_client, serve, text_handler
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -119,9 +119,7 @@ async def test_without_metrics_the_server_is_asked_what_it_is() -> None:
 
 
 async def test_connection_refused() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     async with http_client() as client:
         m = await ServerScraper(endpoint(f"http://127.0.0.1:{port}")).scrape(client)
     assert m.status == f"no /metrics: connection refused (127.0.0.1:{port})"
