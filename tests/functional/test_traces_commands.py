@@ -29,6 +29,8 @@ AGREE_MS = 2.0
 CHAIN_KEYS = {"source", "probes_joined", "probes_unjoined", "probes_pending", "unjoined_reasons", "server_ttft_ms",
               "queue_ms", "prefill_ms", "decode_ms", "outside_ms", "to_server_ms", "all_requests"}
 P_KEYS = {"p50", "p95", "p99", "mean", "max"}
+
+
 def traced_sim(listen: int, **kw) -> SimConfig:
     settings = {"model": "m", "ttft_ms": 20.0, "itl_ms": 3.0, "max_num_seqs": 2, "jitter": 0.0,
                 "otlp_traces_endpoint": f"http://127.0.0.1:{listen}/v1/traces", "otlp_schedule_delay_s": 0.1, **kw}
