@@ -211,7 +211,10 @@ def estimate_quantiles(
             tight_low, tight_high = max(low, sum_low), min(high, sum_high)
             slack = 1e-9 * max(1.0, abs(total))
             if tight_low <= tight_high + slack:  # else: a torn scrape; the buckets alone stand
-                low, high = tight_low, max(tight_low, tight_high)
+                # never past the bucket's bound: a sum rounded up (three observations of b summing to
+                # 3b + 1 ulp) would put the smallest a hair above b
+                low = min(tight_low, high)
+                high = max(low, tight_high)
         value = min(max(value, low), high)
         out.append(Estimate(value, low, None if math.isinf(high) else high))
     return out
