@@ -276,6 +276,9 @@ FOUND = [
                                           "# TYPE vllm:prefix_cache_hits counter\n"),
     ("a TYPE that undoes a counter", "# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits 5\n"
                                      "# TYPE vllm:prefix_cache_hits gauge\n"),
+    ("a histogram made a counter after its buckets", "# TYPE vllm:time_to_first_token_seconds histogram\n"
+                                                      'vllm:time_to_first_token_seconds_bucket{le="40.0"} 18\n'
+                                                      "# TYPE vllm:time_to_first_token_seconds counter\n"),
     ("a quoted name in HELP", '# HELP "vllm:num_preemptions" doc\n# TYPE vllm:num_preemptions counter\n'
                                "vllm:num_preemptions 3\n"),
 ]

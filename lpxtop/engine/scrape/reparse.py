@@ -9,7 +9,7 @@ every capture and on a live sequence of pages).
 
 It follows the family context that prometheus_client's text parser keeps, because that context
 changes a sample's name: a counter family without `_total` in its name gets `_total` appended to its
-samples. Every other sample comes out of the parser with its own name, so a line and that one fact
+samples (all of them, also those a later TYPE line made the family's). Every other sample comes out of the parser with its own name, so a line and that one fact
 decide what the line parses to.
 
 Before the loop reads a page line by line, a comprehension drops most lines that cannot belong to
@@ -117,8 +117,7 @@ class ReParser:
                     if family_start < len(lines):
                         # prometheus_client names a family's samples by its type when the family ends:
                         # a TYPE line after some of them renames those too (or no longer renames them)
-                        lines[family_start:] = [(kept, _renamed(typ, name, _sample_name(kept).group()))
-                                                for kept, _ in lines[family_start:]]
+                        lines[family_start:] = [(kept, _renamed(typ, name)) for kept, _ in lines[family_start:]]
                 continue
             sample = _sample_name(line).group()
             if not sample:
@@ -133,7 +132,7 @@ class ReParser:
                 name, typ, allowed = "", "untyped", ()
                 family_count += 1
                 family_start = len(lines) + 1
-            lines.append((line, _renamed(typ, name, sample)))
+            lines.append((line, _renamed(typ, name)))
 
         seen = self._seen
         if histograms:
@@ -194,9 +193,11 @@ class ReParser:
 _USUAL = ("# HELP ", "# TYPE ")
 
 
-def _renamed(typ: str, family: str, sample: str) -> bool:
-    """Whether prometheus_client names `sample` `<family>_total`: a counter's sample named as its family."""
-    return typ == "counter" and sample == family and not family.endswith("_total")
+def _renamed(typ: str, family: str) -> bool:
+    """Whether prometheus_client appends `_total` to the name of a sample of `family`: every sample of a
+    counter family whose name lacks it. A counter's samples are named as the family, except those a TYPE
+    line re-typed after them (`x_bucket` of a histogram `x` made a counter becomes `x_bucket_total`)."""
+    return typ == "counter" and not family.endswith("_total")
 # Characters Python's str.split() takes for blanks and prometheus_client's comment splitting does not
 # (it splits on ASCII blanks only), and the quote it reads names in: a kept HELP/TYPE line with one of
 # them before its name's end is left to prometheus_client.
