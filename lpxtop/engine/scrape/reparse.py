@@ -9,8 +9,8 @@ every capture and on a live sequence of pages).
 
 It follows the family context that prometheus_client's text parser keeps, because that context
 changes a sample's name: a counter family without `_total` in its name gets `_total` appended to its
-samples (all of them, also those a later TYPE line made the family's). Every other sample comes out of the parser with its own name, so a line and that one fact
-decide what the line parses to.
+samples (all of them, also those a later TYPE line made the family's). Every other sample comes out of the
+parser with its own name, so a line and that one fact decide what the line parses to.
 
 Before the loop reads a page line by line, a comprehension drops most lines that cannot belong to
 the families, by their first characters (on the simulated vLLM page, 554 lines become ~140).
@@ -117,7 +117,8 @@ class ReParser:
                     if family_start < len(lines):
                         # prometheus_client names a family's samples by its type when the family ends:
                         # a TYPE line after some of them renames those too (or no longer renames them)
-                        lines[family_start:] = [(kept, _renamed(typ, name)) for kept, _ in lines[family_start:]]
+                        renamed = _renamed(typ, name)
+                        lines[family_start:] = [(kept, renamed) for kept, _ in lines[family_start:]]
                 continue
             sample = _sample_name(line).group()
             if not sample:
